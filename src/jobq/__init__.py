@@ -1,0 +1,30 @@
+"""jobq: one job consumer, two interchangeable queue backends (PostgreSQL and RabbitMQ)."""
+
+from __future__ import annotations
+
+from jobq.errors import (
+    ConfigError,
+    ConnectionLost,
+    JobqError,
+    MalformedJob,
+    PermanentError,
+    QueueFull,
+    Retry,
+    TransportError,
+)
+from jobq.job import Delivery, Job, Outcome
+
+__all__ = [
+    "ConfigError",
+    "ConnectionLost",
+    "Delivery",
+    "Job",
+    "JobqError",
+    "MalformedJob",
+    "Outcome",
+    "PermanentError",
+    "QueueFull",
+    "Retry",
+    "TransportError",
+]
+__version__ = "0.1.0"

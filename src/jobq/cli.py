@@ -1,0 +1,150 @@
+"""Command-line entry points: ``consumer``, ``producer`` and ``jobq`` (admin).
+
+Exit codes: 0 done; 1 unexpected error; 2 bad config or arguments; 3 server unreachable or
+failing; 130 stopped by a second signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from jobq import commands
+from jobq.config import Settings, load_settings, parse_scalar
+from jobq.errors import ConfigError, TransportError
+from jobq.logs import configure
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_UNREACHABLE, EXIT_FORCED = 0, 1, 2, 3, 130
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, parse_scalar(value)  # the same typing rules as the YAML values
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="YAML config file (default: $JOBQ_CONFIG)")
+    parser.add_argument("--transport", "-t", choices=("postgres", "rabbitmq"))
+    parser.add_argument("--queue", "-q")
+    parser.add_argument("--log-format", choices=("text", "json"))
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+
+OVERRIDES = {  # argparse dest -> config key
+    "transport": "transport", "queue": "queue", "log_format": "log.format",
+    "log_level": "log.level", "concurrency": "consumer.concurrency",
+    "processor": "consumer.processor", "once": "consumer.once", "claim": "postgres.claim",
+    "job_timeout": "consumer.job_timeout", "shutdown_timeout": "consumer.shutdown_timeout",
+    "metrics_port": "metrics.port", "max_attempts": "retry.max_attempts",
+}
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
+                 if getattr(args, dest, None) not in (None, False)}
+    if getattr(args, "processor_arg", None):
+        overrides["consumer.processor_args"] = dict(args.processor_arg)
+    if getattr(args, "metrics_port", None) is not None:
+        overrides["metrics.enabled"] = True
+    return load_settings(args.config, overrides)
+
+
+def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
+    """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
+    try:
+        settings = _settings(args)
+        configure(settings.log.level, settings.log.format)
+        return asyncio.run(main(settings))
+    except ConfigError as exc:
+        print(f"jobq: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except TransportError as exc:
+        print(f"jobq: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return EXIT_FORCED
+
+
+def consumer_parser() -> argparse.ArgumentParser:
+    """The ``consumer`` argument parser (also used to validate the compose commands)."""
+    p = argparse.ArgumentParser(prog="consumer", description="Run a jobq worker pool.")
+    _common(p)
+    p.add_argument("--concurrency", "-n", type=int)
+    p.add_argument("--processor", "-p", help="built-in name or module:function")
+    p.add_argument("--processor-arg", "-a", type=_key_value, action="append", metavar="KEY=VALUE",
+                   help="argument for the processor factory (repeatable)")
+    p.add_argument("--once", action="store_true", help="process what is eligible now, then exit")
+    p.add_argument("--claim", choices=("lease", "transaction"), help="Postgres claim mode")
+    p.add_argument("--job-timeout", type=float)
+    p.add_argument("--shutdown-timeout", type=float)
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--metrics-port", type=int, help="serve /metrics on this port")
+    p.add_argument("--stats-json", help="write the run's counts and rate to this file")
+    return p
+
+
+def producer_parser() -> argparse.ArgumentParser:
+    """The ``producer`` argument parser."""
+    p = argparse.ArgumentParser(prog="producer", description="Enqueue generated jobs.")
+    _common(p)
+    p.add_argument("--count", "-n", type=int, required=True)
+    p.add_argument("--payload-size", type=int, default=0, help="padding bytes per payload")
+    p.add_argument("--rate", type=float, default=0.0, help="jobs/s (0: as fast as possible)")
+    p.add_argument("--kind", default="demo")
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--delay", type=float, default=0.0, help="seconds before the jobs are due")
+    return p
+
+
+def admin_parser() -> argparse.ArgumentParser:
+    """The ``jobq`` admin argument parser."""
+    p = argparse.ArgumentParser(prog="jobq", description="jobq administration.")
+    sub = p.add_subparsers(dest="command", required=True)
+    init = sub.add_parser("init", help="create or upgrade the schema / topology")
+    _common(init)
+    init.add_argument("--print-sql", action="store_true", help="print the migrations, run none")
+    stats = sub.add_parser("stats", help="queue depth by state")
+    _common(stats)
+    stats.add_argument("--json", action="store_true")
+    dead = sub.add_parser("dead", help="dead-letter management")
+    _common(dead)
+    dead.add_argument("action", choices=("list", "requeue", "purge"))
+    dead.add_argument("--id", type=int, action="append", dest="ids", help="a job id (repeatable)")
+    dead.add_argument("--kind", dest="dead_kind", help="every dead job of this kind")
+    dead.add_argument("--all", action="store_true", help="every dead job of the queue")
+    dead.add_argument("--limit", type=int, default=100)
+    dead.add_argument("--json", action="store_true")
+    return p
+
+
+def consumer_main(argv: Sequence[str] | None = None) -> int:
+    """``consumer``: run the worker pool until SIGTERM (or, with --once, until drained)."""
+    args = consumer_parser().parse_args(argv)
+    return _run(lambda s: commands.consume(s, stats_json=args.stats_json), args)
+
+
+def producer_main(argv: Sequence[str] | None = None) -> int:
+    """``producer``: enqueue ``--count`` generated jobs."""
+    args = producer_parser().parse_args(argv)
+    return _run(lambda s: commands.produce(s, args), args)
+
+
+def admin_main(argv: Sequence[str] | None = None) -> int:
+    """``jobq``: init, stats, dead."""
+    args = admin_parser().parse_args(argv)
+    if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
+                                                                 or args.all):
+        print("jobq: config error: --id: say which dead jobs: --id N, --kind K or --all",
+              file=sys.stderr)
+        return EXIT_CONFIG
+    return _run(lambda s: commands.admin(s, args), args)
+
+
+if __name__ == "__main__":
+    sys.exit(consumer_main())

@@ -1,0 +1,133 @@
+"""What each command does once its settings are loaded; every one returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from jobq.api import resolve, wired
+from jobq.config import Settings
+from jobq.metrics import serve
+from jobq.transport import NewJob
+
+log = logging.getLogger("jobq")
+@contextlib.contextmanager
+def signals_to(stop: Any) -> Any:
+    """Route SIGTERM and SIGINT to ``stop`` while inside; restore the defaults after."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
+    """Run the worker pool until stopped (or drained with --once); 130 after a forced stop."""
+    async with wired(settings) as container:
+        pool = await resolve(container.worker_pool())
+        transport = await resolve(container.transport())
+        metrics = container.metrics()
+        server = (serve(metrics, settings.metrics.host, settings.metrics.port)
+                  if settings.metrics.enabled else None)
+        await transport.open()
+        metrics.ready = True
+        log.info("consuming queue %r on %s (concurrency %d, processor %s)", settings.queue,
+                 settings.transport, settings.consumer.concurrency, settings.consumer.processor)
+        try:
+            with signals_to(pool.stop):
+                stats = await pool.run()
+        finally:
+            metrics.ready = False
+            await transport.close()
+            if server is not None:
+                server.shutdown()
+        forced = pool.forced
+    summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
+               "released": stats.released, "settle_failures": stats.settle_failures,
+               "jobs_per_second": round(stats.rate(), 1),
+               "seconds": round(time.monotonic() - stats.started_at, 3)}
+    log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in summary.items()))
+    if stats_json:
+        await asyncio.to_thread(Path(stats_json).write_text, json.dumps(summary), encoding="utf-8")
+    return 130 if forced else 0
+
+
+def _payload(index: int, size: int) -> dict[str, Any]:
+    return {"n": index, "pad": "x" * size} if size else {"n": index}
+
+
+async def produce(settings: Settings, args: argparse.Namespace) -> int:
+    """Enqueue ``args.count`` jobs in batches, at ``args.rate`` jobs/s if given."""
+    async with wired(settings) as container:
+        publisher = await resolve(container.publisher())
+        await publisher.open()
+        started = time.monotonic()
+        sent = 0
+        try:
+            while sent < args.count:
+                size = min(args.batch, args.count - sent)
+                if args.rate > 0:
+                    size = min(size, max(1, int(args.rate / 50)))  # ~50 batches a second
+                    due = started + sent / args.rate
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                jobs = [NewJob(kind=args.kind, payload=_payload(sent + i, args.payload_size),
+                               max_attempts=args.max_attempts, delay=args.delay)
+                        for i in range(size)]
+                await publisher.enqueue_many(jobs)
+                sent += size
+        finally:
+            await publisher.close()
+    elapsed = time.monotonic() - started
+    log.info("enqueued %d jobs in %.2fs (%.0f jobs/s)", sent, elapsed, sent / max(elapsed, 1e-9))
+    return 0
+
+
+async def admin(settings: Settings, args: argparse.Namespace) -> int:
+    """``jobq init|stats|dead``."""
+    if args.command == "init" and args.print_sql:
+        from jobq.transports.pg_admin import render_migrations
+
+        print(render_migrations(settings.postgres.schema))
+        return 0
+    async with wired(settings) as container:
+        admin = await resolve(container.admin())
+        if args.command == "init":
+            applied = await admin.init()
+            print(f"schema {settings.postgres.schema!r}: " + (
+                ", ".join(f"applied migration {m.version} ({m.title})" for m in applied)
+                or "up to date"))
+        elif args.command == "stats":
+            _print(await admin.depth(), args.json)
+        elif args.action == "list":
+            _print(await admin.dead_list(args.limit), args.json)
+        else:
+            which = None if args.all else args.ids
+            act = admin.dead_requeue if args.action == "requeue" else admin.dead_purge
+            done = await act(ids=which, kind=args.dead_kind)
+            verb = "requeued" if args.action == "requeue" else "purged"
+            print(f"{verb} {len(done)} dead jobs" + (f": {', '.join(map(str, done))}"
+                                                     if len(done) <= 20 else ""))
+    return 0
+
+
+def _print(data: Any, as_json: bool) -> None:
+    if as_json:
+        json.dump(data, sys.stdout, default=str, indent=2)
+        print()
+        return
+    rows = data if isinstance(data, list) else [data]
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in (asdict(row) if hasattr(row, "__dataclass_fields__")
+                                                else row).items()))

@@ -1,0 +1,335 @@
+"""Configuration as data: YAML files into frozen dataclasses, validated once, errors naming the key.
+
+Precedence, lowest first: dataclass defaults, the YAML file (and the files it ``extends``),
+``JOBQ_<SECTION>__<KEY>`` environment variables, command-line flags.
+Inside YAML, ``${VAR:default}`` is replaced from the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+from jobq.errors import ConfigError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return re.sub(r"(password\s*=\s*)\S+", r"\1***", url)
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryConfig:
+    """Backoff and attempt limits applied to failed jobs."""
+
+    max_attempts: int = 5
+    base_delay: float = 1.0
+    max_delay: float = 300.0
+    jitter: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig:
+    """The worker pool and the processor it runs."""
+
+    concurrency: int = 32
+    buffer: int = -1  # -1: as large as concurrency
+    job_timeout: float = 300.0
+    shutdown_timeout: float = 30.0
+    once: bool = False
+    processor: str = "noop"
+    processor_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def buffer_size(self) -> int:
+        """Deliveries held ready beyond the running ones."""
+        return self.concurrency if self.buffer < 0 else self.buffer
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectConfig:
+    """Retries for a server that cannot be reached, at start and after a connection drops."""
+
+    attempts: int = 10
+    backoff_base: float = 0.5
+    backoff_max: float = 10.0
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostgresConfig:
+    """The PostgreSQL transport."""
+
+    dsn: str = field(default="postgresql://postgres@127.0.0.1:5432/test", repr=False)
+    schema: str = "jobq"
+    claim: Literal["lease", "transaction"] = "lease"
+    lease: float = 60.0
+    heartbeat: float = 0.0  # 0: a third of the lease
+    notify: bool = True
+    poll_interval: float = 1.0
+    rescue_interval: float = 5.0
+    pool_size: int = 0  # 0: derived from the claim mode and concurrency
+    ack_batch: int = 1000
+    ack_interval: float = 0.02
+
+    @property
+    def safe_dsn(self) -> str:
+        """The DSN with its password hidden."""
+        return redact(self.dsn)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RabbitConfig:
+    """The RabbitMQ transport."""
+
+    url: str = field(default="amqp://guest:guest@127.0.0.1:5672/", repr=False)
+    exchange: str = "jobq"
+    queue_type: Literal["quorum", "classic"] = "quorum"
+    prefetch: int = 0  # 0: concurrency + buffer
+    retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
+    delivery_limit: int = 0  # 0: max_attempts + 2 (quorum queues only)
+    ack_interval: float = 0.01
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password hidden."""
+        return redact(self.url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsConfig:
+    """The Prometheus /metrics, /healthz and /readyz endpoint."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 9100
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    """Log level and format."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything a jobq process needs, validated."""
+
+    transport: Literal["postgres", "rabbitmq"] = "postgres"
+    queue: str = "default"
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    connect: ConnectConfig = field(default_factory=ConnectConfig)
+    postgres: PostgresConfig = field(default_factory=PostgresConfig)
+    rabbitmq: RabbitConfig = field(default_factory=RabbitConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    source: str = field(default="<defaults>", metadata={"internal": True})
+
+
+# Checks beyond the type: key -> (predicate, what a good value is).
+_RULES: dict[str, tuple[Any, str]] = {
+    "queue": (NAME_RE.match, "letters, digits, '_', '.', '-' (1-100 chars)"),
+    "consumer.concurrency": (lambda v: 1 <= v <= 10_000, "between 1 and 10000"),
+    "consumer.buffer": (lambda v: v >= -1, ">= 0, or -1 for 'same as concurrency'"),
+    "consumer.job_timeout": (lambda v: v > 0, "> 0"),
+    "consumer.shutdown_timeout": (lambda v: v >= 0, ">= 0"),
+    "retry.max_attempts": (lambda v: v >= 1, ">= 1"),
+    "retry.base_delay": (lambda v: v >= 0, ">= 0"),
+    "retry.max_delay": (lambda v: v >= 0, ">= 0"),
+    "connect.attempts": (lambda v: v >= 1, ">= 1"),
+    "postgres.schema": (IDENT_RE.match, "a plain identifier: letter or '_', then letters, digits, '_'"),
+    "postgres.dsn": (lambda v: v.startswith(("postgres://", "postgresql://")) or "=" in v,
+                     "a postgresql:// URL or a key=value DSN"),
+    "postgres.lease": (lambda v: v > 0, "> 0"),
+    "postgres.poll_interval": (lambda v: v > 0, "> 0"),
+    "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
+    "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
+    "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
+    "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
+    "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
+}
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (ints widened to float)."""
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a mapping, got {type(value).__name__}", key=key, source=source)
+        return _build(tp, value, key + ".", source)
+    if origin is Literal:
+        if value not in get_args(tp):
+            choices = ", ".join(repr(c) for c in get_args(tp))
+            raise ConfigError(f"must be one of {choices}, got {value!r}", key=key, source=source)
+        return value
+    if origin in (Union, types.UnionType):
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"expected a list, got {type(value).__name__}", key=key, source=source)
+        (item,) = get_args(tp)
+        return [_coerce(v, item, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a mapping, got {type(value).__name__}", key=key, source=source)
+        return dict(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (tp in (int, float) and isinstance(value, bool)) or not isinstance(value, tp):
+        raise ConfigError(
+            f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}", key=key, source=source
+        )
+    return value
+
+
+def _build(cls: Any, data: Mapping[str, Any], prefix: str, source: str) -> Any:
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if name not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown key (known here: {known})", key=key, source=source)
+        value = _coerce(value, hints[name], key, source)
+        rule = _RULES.get(key)
+        if rule is not None and not rule[0](value):
+            shown = "***" if key in ("postgres.dsn", "rabbitmq.url") else repr(value)
+            raise ConfigError(f"bad value {shown}: must be {rule[1]}", key=key, source=source)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _interpolate(value: Any, env: Mapping[str, str], key: str, source: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env, f"{key}.{k}" if key else str(k), source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env, key, source) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def lookup(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is None:
+            raise ConfigError(f"environment variable {name} is not set and has no default",
+                              key=key, source=source)
+        return default
+
+    whole = ENV_RE.fullmatch(value)
+    result = ENV_RE.sub(lookup, value)
+    # A value that is one ${...} takes the type its text spells: ${N:8} is an int.
+    return parse_scalar(result) if whole else result
+
+
+def parse_scalar(text: str) -> Any:
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return parsed if isinstance(parsed, str | int | float | bool | list) else text
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path, env: Mapping[str, str], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    source = str(path)
+    if path.resolve() in seen:
+        raise ConfigError("'extends' loops back to this file", key="extends", source=source)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror}", source=source) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {str(exc).splitlines()[0]}", source=source) from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("the top level must be a mapping", source=source)
+    data: dict[str, Any] = _interpolate(raw, env, "", source)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError("expected a file name", key="extends", source=source)
+    base = _read_yaml(path.parent / parent, env, (*seen, path.resolve()))
+    return _merge(base, data)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError("cannot set a key under a non-mapping", key=dotted)
+    node[last] = value
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """``JOBQ_CONSUMER__CONCURRENCY=8`` -> ``{"consumer.concurrency": 8}``.
+
+    Only names with a ``__`` section separator (and ``JOBQ_TRANSPORT``) are overrides; other
+    ``JOBQ_*`` variables are left for ``${VAR}`` interpolation in the YAML files.
+    """
+    out: dict[str, Any] = {}
+    for name, text in env.items():
+        if name.startswith("JOBQ_") and ("__" in name or name == "JOBQ_TRANSPORT"):
+            out[name[5:].lower().replace("__", ".")] = parse_scalar(text)
+    return out
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Load, merge and validate the configuration; raise ConfigError naming the bad key."""
+    env = os.environ if env is None else env
+    path = path or env.get("JOBQ_CONFIG")
+    source = str(path) if path else "<defaults>"
+    data: dict[str, Any] = _read_yaml(Path(path), env) if path else {}
+    layers = ((_env_overrides(env), "environment"), (dict(overrides or {}), "command line"))
+    for layer, layer_source in layers:
+        for dotted, value in layer.items():
+            if value is not None:
+                try:
+                    _set_dotted(data, dotted, value)
+                except ConfigError as exc:
+                    raise ConfigError(str(exc), source=layer_source) from exc
+    settings: Settings = _build(Settings, data, "", source)
+    return dataclasses.replace(settings, source=source)

@@ -1,0 +1,94 @@
+"""The composition root: the only module that knows dependency-injector and wires objects.
+
+``transport``, ``publisher`` and ``admin`` are Selectors on ``settings.transport``; a backend
+plugs in by adding its providers here, without touching the pool or the processor.
+Connection pools are async Resources: opened on first use (with retries), closed by
+``shutdown_resources``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from dependency_injector import containers, providers
+
+from jobq.config import Settings
+from jobq.metrics import Metrics
+from jobq.pool import WorkerPool
+from jobq.processor import as_async, load_processor
+from jobq.retry import RetryPolicy
+from jobq.transports.pg_admin import PostgresAdmin
+from jobq.transports.pg_connect import open_pool
+from jobq.transports.pg_publisher import PostgresPublisher
+from jobq.transports.postgres import PostgresTransport
+
+
+def pg_pool_size(settings: Settings) -> int:
+    """Connections the Postgres transport needs: claims, acks, heartbeats and releases share 4."""
+    return settings.postgres.pool_size or 4
+
+
+async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[Any]:
+    """Open the psycopg pool (retrying an unreachable server), close it at shutdown."""
+    pool = await open_pool(settings.postgres.dsn, settings.connect, pg_pool_size(settings), logger)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def handler(settings: Settings) -> Any:
+    """The configured processor, awaitable whatever it is."""
+    return as_async(load_processor(settings.consumer.processor, settings.consumer.processor_args))
+
+
+class Container(containers.DeclarativeContainer):
+    """Wires a jobq process from its Settings."""
+
+    settings = providers.Dependency(instance_of=Settings)
+    logger = providers.Callable(logging.getLogger, "jobq")
+    cfg = settings.provided
+
+    pg_pool = providers.Resource(pg_pool, settings=settings, logger=logger)
+
+    transport = providers.Selector(
+        cfg.transport,
+        postgres=providers.Singleton(
+            PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
+            queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+        ),
+    )
+    publisher = providers.Selector(
+        cfg.transport,
+        postgres=providers.Singleton(
+            PostgresPublisher, pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
+            max_attempts=cfg.retry.max_attempts,
+        ),
+    )
+    admin = providers.Selector(
+        cfg.transport,
+        postgres=providers.Singleton(PostgresAdmin, pool=pg_pool, settings=cfg.postgres,
+                                     queue=cfg.queue),
+    )
+
+    metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
+    policy = providers.Singleton(
+        RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
+        jitter=cfg.retry.jitter,
+    )
+    worker_pool = providers.Singleton(
+        WorkerPool,
+        transport=transport,
+        handler=providers.Callable(handler, settings),
+        policy=policy,
+        concurrency=cfg.consumer.concurrency,
+        buffer_size=cfg.consumer.provided.buffer_size,
+        job_timeout=cfg.consumer.job_timeout,
+        shutdown_timeout=cfg.consumer.shutdown_timeout,
+        poll_timeout=cfg.postgres.poll_interval,
+        once=cfg.consumer.once,
+        observer=metrics,
+        logger=providers.Callable(logging.getLogger, "jobq.pool"),
+    )

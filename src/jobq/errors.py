@@ -1,0 +1,55 @@
+"""The jobq error tree: what handlers raise to choose an outcome, and what jobq raises itself."""
+
+from __future__ import annotations
+
+
+class JobqError(Exception):
+    """Base of every error jobq raises on purpose."""
+
+
+class ConfigError(JobqError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
+        self.key = key
+        self.source = source
+        where = f"{source}: " if source else ""
+        what = f"{key}: " if key else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+class TransportError(JobqError):
+    """The queue backend failed (the driver's error is kept as ``__cause__``)."""
+
+
+class ConnectionLost(TransportError):
+    """The connection to the backend dropped or could not be made; retried with backoff."""
+
+
+class QueueFull(JobqError):
+    """The queue is at its configured maximum depth and stayed so until the enqueue timeout."""
+
+
+class Retry(Exception):
+    """Raised by a handler: run the job again after ``delay`` seconds (attempts still count)."""
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class PermanentError(Exception):
+    """Raised by a handler: this job can never succeed; dead-letter it now with this reason."""
+
+
+class MalformedJob(JobqError):
+    """A message could not be decoded into a Job; it is dead-lettered with this reason."""
+
+
+class JobTimeout(Exception):
+    """A handler ran past the per-job timeout (retryable)."""
+
+
+class ShutdownInterrupted(Exception):
+    """A handler was still running when the shutdown deadline passed (retryable)."""

@@ -1,0 +1,300 @@
+"""WorkerPool: N asyncio workers over a bounded buffer, one settle decision, graceful drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError
+from jobq.job import Delivery, Outcome
+from jobq.processor import Handler
+from jobq.retry import RetryPolicy, describe
+from jobq.transport import Transport
+
+_STOP = None  # the sentinel a worker reads as "no more work"
+
+
+class PoolObserver(Protocol):
+    """Receives the pool's events (metrics); must be cheap, it runs on the hot path."""
+
+    def settled(self, outcome: Outcome, duration: float, error: BaseException | None) -> None: ...
+
+    def gauges(self, in_flight: int, buffered: int) -> None: ...
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """What a pool run did, for the exit summary."""
+
+    ok: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    settle_failures: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    first_job_at: float | None = None
+    last_job_at: float | None = None
+
+    @property
+    def settled(self) -> int:
+        """Jobs that ran (or were dead-lettered unrun) and were settled."""
+        return self.ok + self.retried + self.dead
+
+    def rate(self) -> float:
+        """Settled jobs per second between the first receive and the last settle."""
+        if self.first_job_at is None or self.last_job_at is None:
+            return 0.0
+        return self.settled / max(self.last_job_at - self.first_job_at, 1e-9)
+
+
+class WorkerPool:
+    """Pulls from a transport only when it has room, runs the handler, settles each delivery once.
+
+    Shutdown order: stop receiving, hand back the unstarted at once (no attempt counted),
+    let running jobs finish within ``shutdown_timeout``, interrupt the rest (settled as a
+    retryable failure), then return; the caller closes the transport.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        handler: Handler,
+        policy: RetryPolicy,
+        *,
+        concurrency: int,
+        buffer_size: int,
+        job_timeout: float | None,
+        shutdown_timeout: float,
+        poll_timeout: float = 1.0,
+        once: bool = False,
+        observer: PoolObserver | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._transport = transport
+        self._handler = handler
+        self._policy = policy
+        self._concurrency = concurrency
+        self._capacity = concurrency + buffer_size
+        self._low_water = max(1, self._capacity // 4)
+        self._job_timeout = job_timeout
+        self._shutdown_timeout = shutdown_timeout
+        self._poll_timeout = poll_timeout
+        self._once = once
+        self._observer = observer
+        self._log = logger or logging.getLogger("jobq.pool")
+        self._debug = self._log.isEnabledFor(logging.DEBUG)
+        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
+        self._outstanding = 0
+        self._room = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._forced = False
+        self._force = asyncio.Event()
+        self._interrupting = False
+        self._scopes: dict[int, asyncio.Timeout] = {}
+        self.stats = PoolStats()
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries received and not yet settled (running or buffered)."""
+        return self._outstanding
+
+    @property
+    def forced(self) -> bool:
+        """True once a second stop signal asked to stop at once."""
+        return self._forced
+
+    def stop(self) -> None:
+        """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
+        if self._stop.is_set():
+            self._forced = True
+            self._force.set()
+            self._log.warning("second stop signal: stopping at once")
+        self._stop.set()
+        self._room.set()
+
+    async def run(self) -> PoolStats:
+        """Run until stopped (or, with ``once``, until nothing is eligible); return the stats."""
+        workers = [asyncio.create_task(self._work(i)) for i in range(self._concurrency)]
+        fetcher = asyncio.create_task(self._fetch())
+        stopper = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            self._stop.set()
+            if self._forced:
+                fetcher.cancel()
+            await asyncio.gather(fetcher, return_exceptions=True)
+            await self._release_unstarted()
+            await self._drain(workers)
+        finally:
+            stopper.cancel()
+            for task in (*workers, fetcher):
+                task.cancel()
+            await asyncio.gather(*workers, fetcher, stopper, return_exceptions=True)
+        return self.stats
+
+    async def _fetch(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            room = self._capacity - self._outstanding
+            # Claim in batches: wait until a quarter of the capacity is free, unless the
+            # workers are about to starve.
+            if room <= 0 or (room < self._low_water and not self._queue.empty()):
+                self._room.clear()
+                await self._room.wait()
+                continue
+            idle_before = self._outstanding == 0
+            try:
+                batch = await self._transport.receive(room, self._receive_timeout(idle_before))
+            except TransportError as exc:
+                failures += 1
+                delay = min(30.0, 0.2 * 2 ** min(failures, 8))
+                self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                continue
+            failures = 0
+            if not batch:
+                if self._once and idle_before:
+                    self._log.info("nothing left to do (--once)")
+                    return
+                continue
+            if self.stats.first_job_at is None:
+                self.stats.first_job_at = time.monotonic()
+            self._outstanding += len(batch)
+            for delivery in batch:
+                self._queue.put_nowait(delivery)
+            if self._observer is not None:
+                self._observer.gauges(self._outstanding, self._queue.qsize())
+
+    def _receive_timeout(self, idle: bool) -> float:
+        if not self._once:
+            return self._poll_timeout
+        # --once: an idle pool asks once and believes the answer; a busy one re-asks soon,
+        # since the jobs it is finishing may have freed (or retried) work.
+        return self._transport.drain_timeout if idle else min(self._poll_timeout, 0.05)
+
+    async def _release_unstarted(self) -> None:
+        """Hand back what was received but never started; its attempt does not count."""
+        while not self._queue.empty():
+            delivery = self._queue.get_nowait()
+            if delivery is None:
+                continue
+            try:
+                await self._transport.release(delivery)
+            except TransportError as exc:
+                self._log.warning("could not release job %s (%s); it returns when its lease "
+                                  "expires", delivery.job.id, describe(exc))
+            self._outstanding -= 1
+            self.stats.released += 1
+        if self.stats.released:
+            self._log.info("released %d unstarted jobs", self.stats.released)
+
+    async def _drain(self, workers: list[asyncio.Task[None]]) -> None:
+        for _ in workers:
+            self._queue.put_nowait(_STOP)
+        if await self._wait_workers(workers, self._shutdown_timeout):
+            return
+        self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
+                          self._shutdown_timeout, len(self._scopes))
+        self._interrupting = True
+        now = asyncio.get_running_loop().time()
+        for scope in list(self._scopes.values()):
+            scope.reschedule(now)
+        await self._wait_workers(workers, 10.0)
+
+    async def _wait_workers(self, workers: list[asyncio.Task[None]], timeout: float) -> bool:
+        """Wait for the workers to finish; False on timeout or a forced stop."""
+        if self._forced:
+            return False
+        everyone = asyncio.ensure_future(asyncio.wait(workers))
+        forced = asyncio.ensure_future(self._force.wait())
+        try:
+            await asyncio.wait({everyone, forced}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            everyone.cancel()
+            forced.cancel()
+        return all(w.done() for w in workers) and not self._forced
+
+    async def _work(self, slot: int) -> None:
+        queue, handler, scopes = self._queue, self._handler, self._scopes
+        while True:
+            delivery = await queue.get()
+            if delivery is None or self._forced:
+                return
+            error: BaseException | None = None
+            started = time.monotonic()
+            if delivery.malformed is not None:
+                error = MalformedJob(delivery.malformed)
+            else:
+                try:
+                    async with asyncio.timeout(self._job_timeout) as scope:
+                        scopes[slot] = scope
+                        await handler(delivery.job)
+                except TimeoutError as exc:
+                    error = self._timeout_error(scope, exc)
+                except Exception as exc:
+                    error = exc
+                finally:
+                    scopes.pop(slot, None)
+            await self._settle(delivery, error, time.monotonic() - started)
+
+    def _timeout_error(self, scope: asyncio.Timeout, exc: TimeoutError) -> BaseException:
+        if not scope.expired():
+            return exc  # the handler's own TimeoutError, not ours
+        if self._interrupting:
+            return ShutdownInterrupted("still running at the shutdown deadline")
+        return JobTimeout(f"ran longer than the job timeout ({self._job_timeout}s)")
+
+    async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float) -> None:
+        """The one place that decides ack, retry or dead-letter."""
+        job = delivery.job
+        outcome = Outcome.ACK
+        reason = ""
+        try:
+            if error is None:
+                await self._transport.ack(delivery)
+            else:
+                decision = self._policy.decide(error, job)
+                reason = decision.reason
+                if decision.retry:
+                    outcome = Outcome.RETRY
+                    await self._transport.retry(delivery, decision.delay, reason)
+                else:
+                    outcome = Outcome.DEAD
+                    await self._transport.dead_letter(delivery, reason)
+        except TransportError as exc:
+            # At-least-once: the job was not settled, so the backend hands it out again.
+            self.stats.settle_failures += 1
+            self._log.error("could not settle job %s as %s (%s); it will be delivered again",
+                            job.id, outcome.value, describe(exc))
+        finally:
+            self._outstanding -= 1
+            if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
+                self._room.set()
+        self._count(outcome)
+        if self._observer is not None:
+            self._observer.settled(outcome, duration, error)
+        if outcome is not Outcome.ACK:
+            self._log.warning("job %s attempt %d/%d %s in %.3fs: %s", job.id, job.attempt,
+                              job.max_attempts, outcome.value, duration, reason,
+                              extra={"job_id": job.id, "attempt": job.attempt,
+                                     "outcome": outcome.value, "duration": duration})
+        elif self._debug:
+            self._log.debug("job %s attempt %d ok in %.3fs", job.id, job.attempt, duration,
+                            extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
+                                   "duration": duration})
+
+    def _count(self, outcome: Outcome) -> None:
+        stats = self.stats
+        if outcome is Outcome.ACK:
+            stats.ok += 1
+        elif outcome is Outcome.RETRY:
+            stats.retried += 1
+        else:
+            stats.dead += 1
+        stats.last_job_at = time.monotonic()

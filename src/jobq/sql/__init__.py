@@ -1,0 +1,68 @@
+"""Loads the named SQL blocks of ``queries.sql`` and the migrations of ``schema.sql``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^-- migration: (\d+) (.*)$", re.MULTILINE)
+
+
+def _read(filename: str) -> str:
+    return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+
+
+def _blocks(pattern: re.Pattern[str], text: str) -> list[tuple[re.Match[str], str]]:
+    marks = list(pattern.finditer(text))
+    out = []
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out.append((mark, text[mark.end():end].strip()))
+    return out
+
+
+def _identifiers(schema: str) -> dict[str, sql.Composable]:
+    return {
+        "schema": sql.Identifier(schema),
+        "jobs": sql.Identifier(schema, "jobs"),
+        "migrations": sql.Identifier(schema, "migrations"),
+        "notify_fn": sql.Identifier(schema, "notify_jobs"),
+    }
+
+
+class Queries:
+    """Every statement of ``queries.sql``, with the schema's identifiers filled in."""
+
+    def __init__(self, schema: str) -> None:
+        names = _identifiers(schema)
+        self._by_name: dict[str, sql.Composed] = {
+            mark.group(1): sql.SQL(body.rstrip(";")).format(**names)
+            for mark, body in _blocks(_NAME, _read("queries.sql"))
+        }
+        self.channel = f"{schema}.jobs"
+
+    def __getitem__(self, name: str) -> sql.Composed:
+        return self._by_name[name]
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One versioned block of ``schema.sql``."""
+
+    version: int
+    title: str
+    statement: sql.Composed
+
+
+def migrations(schema: str) -> list[Migration]:
+    """The schema's migrations in order, identifiers filled in."""
+    names = _identifiers(schema)
+    return [
+        Migration(int(mark.group(1)), mark.group(2).strip(),
+                  sql.SQL(body).format(**names))
+        for mark, body in _blocks(_MIGRATION, _read("schema.sql"))
+    ]

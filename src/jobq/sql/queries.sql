@@ -1,0 +1,154 @@
+-- Every SQL statement jobq runs against PostgreSQL, as named blocks.
+-- A block starts with "-- name: <name>"; the comment lines after it say why it is written so.
+-- {jobs} is the schema-qualified table (psycopg.sql.Identifier); values are always parameters.
+
+-- name: claim
+-- Lease mode: claim up to %(limit)s eligible jobs in one statement and commit at once.
+-- CTE "picked" walks jobs_pending_idx in hand-out order and skips rows another consumer is
+-- claiming right now (SKIP LOCKED), so concurrent consumers never wait on each other.
+-- The UPDATE counts the attempt at claim time: a consumer that dies mid-job has still used it,
+-- which is what bounds a job that kills its process.
+WITH picked AS (
+    SELECT id
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending' AND run_at <= now()
+     ORDER BY run_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+   SET status = 'running',
+       attempts = j.attempts + 1,
+       locked_until = now() + make_interval(secs => %(lease)s),
+       locked_by = %(worker)s
+  FROM picked
+ WHERE j.id = picked.id
+RETURNING j.id, j.kind, j.payload, j.headers, j.attempts, j.max_attempts, j.created_at;
+
+-- name: ack
+-- Batched acks: one statement for every job that succeeded since the last flush.
+UPDATE {jobs}
+   SET status = 'done', finished_at = now(), locked_until = NULL
+ WHERE id = ANY(%(ids)s) AND status = 'running';
+
+-- name: retry
+-- Back to pending, not eligible before run_at; the attempt was counted at claim.
+UPDATE {jobs}
+   SET status = 'pending',
+       run_at = now() + make_interval(secs => %(delay)s),
+       last_error = %(reason)s,
+       locked_until = NULL,
+       locked_by = NULL
+ WHERE id = %(id)s AND status = 'running';
+
+-- name: dead
+-- Parked for good; last_error says why. `jobq dead requeue` brings it back.
+UPDATE {jobs}
+   SET status = 'dead', last_error = %(reason)s, finished_at = now(),
+       locked_until = NULL, locked_by = NULL
+ WHERE id = %(id)s AND status = 'running';
+
+-- name: release
+-- Received but never started (graceful shutdown): back to pending at once, attempt not counted,
+-- and wake the other consumers so they take it now rather than at their next poll.
+WITH released AS (
+    UPDATE {jobs}
+       SET status = 'pending', attempts = greatest(attempts - 1, 0),
+           locked_until = NULL, locked_by = NULL
+     WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s
+    RETURNING queue
+)
+SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) AS q;
+
+-- name: heartbeat
+-- Extend the lease of every job this consumer holds (buffered, running or awaiting its ack
+-- flush), so long jobs are not rescued from under a live consumer.
+UPDATE {jobs}
+   SET locked_until = now() + make_interval(secs => %(lease)s)
+ WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s;
+
+-- name: rescue
+-- Any consumer frees leases that expired (their consumer died or stalled). The attempt was
+-- counted at claim, so a job whose every attempt expired is dead, not looped forever.
+WITH expired AS (
+    SELECT id
+      FROM {jobs}
+     WHERE status = 'running' AND locked_until < now() AND queue = %(queue)s
+     LIMIT 1000
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+   SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+       last_error = 'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
+                    || ' (consumer ' || coalesce(j.locked_by, '?') || ' died or stalled)',
+       run_at = now(),
+       locked_until = NULL,
+       locked_by = NULL
+  FROM expired
+ WHERE j.id = expired.id
+RETURNING j.id, j.status;
+
+-- name: enqueue
+-- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the
+-- statement-level trigger, one NOTIFY however many rows.
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
+SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
+       now() + make_interval(secs => t.delay)
+  FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
+              %(max_attempts)s::int[], %(delays)s::float8[])
+       AS t(kind, payload, headers, max_attempts, delay)
+RETURNING id;
+
+-- name: depth
+-- Jobs by state for `jobq stats` and the depth gauge.
+SELECT status, count(*) AS n,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending')) AS oldest
+  FROM {jobs}
+ WHERE queue = %(queue)s
+ GROUP BY status;
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS {migrations} (
+    version    integer PRIMARY KEY,
+    title      text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrations_applied
+SELECT version FROM {migrations} ORDER BY version;
+
+-- name: migration_record
+INSERT INTO {migrations} (version, title) VALUES (%(version)s, %(title)s);
+
+-- name: migration_lock
+-- Serialises concurrent `jobq init` runs on the same database.
+SELECT pg_advisory_xact_lock(hashtext(%(key)s));
+
+-- name: dead_list
+SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'dead'
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: dead_requeue
+-- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
+UPDATE {jobs}
+   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
+       last_error = NULL
+ WHERE queue = %(queue)s AND status = 'dead'
+   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+RETURNING id;
+
+-- name: dead_purge
+DELETE FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'dead'
+   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+RETURNING id;
+
+-- name: dead_existing
+-- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).
+SELECT id FROM {jobs} WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[]);

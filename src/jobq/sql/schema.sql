@@ -1,0 +1,46 @@
+-- jobq schema migrations for PostgreSQL.
+-- Each block "-- migration: N <title>" runs once, in order, inside one transaction guarded by
+-- an advisory lock, so concurrent `jobq init` runs are safe. {schema}, {jobs}, {migrations}
+-- and {notify_fn} are identifiers filled in with psycopg.sql.Identifier; never edit an applied
+-- block, add a new one.
+
+-- migration: 1 jobs table, claim indexes, statement-level NOTIFY
+CREATE TABLE IF NOT EXISTS {jobs} (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue        text        NOT NULL,
+    kind         text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    headers      jsonb       NOT NULL DEFAULT jsonb_build_object(),
+    status       text        NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'running', 'done', 'dead')),
+    attempts     integer     NOT NULL DEFAULT 0,
+    max_attempts integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    run_at       timestamptz NOT NULL DEFAULT now(),
+    locked_until timestamptz,
+    locked_by    text,
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz
+);
+
+-- The claim scans only eligible work, in the order it is handed out.
+CREATE INDEX IF NOT EXISTS jobs_pending_idx ON {jobs} (queue, run_at, id) WHERE status = 'pending';
+-- Rescue of expired leases looks only at running rows.
+CREATE INDEX IF NOT EXISTS jobs_running_idx ON {jobs} (locked_until) WHERE status = 'running';
+-- Dead-letter listing and requeue.
+CREATE INDEX IF NOT EXISTS jobs_dead_idx ON {jobs} (queue, id) WHERE status = 'dead';
+
+-- One notification per INSERT statement and queue, not one per row: a batch of 10,000 jobs
+-- wakes each idle consumer once. The channel is the schema-qualified table name.
+CREATE OR REPLACE FUNCTION {notify_fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, q)
+       FROM (SELECT DISTINCT queue AS q FROM new_rows) AS queues;
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS jobs_notify ON {jobs};
+CREATE TRIGGER jobs_notify AFTER INSERT ON {jobs}
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {notify_fn}();

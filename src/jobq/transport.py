@@ -1,0 +1,71 @@
+"""The one boundary between the worker pool and a queue backend.
+
+Only jobq's own types cross it. Implementations do not inherit from these Protocols;
+mypy checks that they conform where the container wires them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jobq.job import Delivery
+
+
+class Transport(Protocol):
+    """Hands out deliveries and carries out the pool's decision for each, exactly once."""
+
+    name: str
+    drain_timeout: float  # how long an empty receive must wait before "nothing left" is believed
+
+    async def open(self) -> None:
+        """Connect (with retries and backoff) and prepare to receive."""
+
+    async def close(self) -> None:
+        """Flush pending settlements and disconnect."""
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        """Return up to ``max_count`` deliveries, waiting at most ``timeout`` s for the first.
+
+        An empty list after the wait means nothing is eligible right now.
+        """
+
+    async def ack(self, delivery: Delivery) -> None:
+        """The job succeeded: remove it from the queue (may be batched)."""
+
+    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+        """Run the job again, not before ``delay`` seconds from now."""
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Park the job as dead, keeping ``reason`` beside it."""
+
+    async def release(self, delivery: Delivery) -> None:
+        """Hand back a job that was received but never started; its attempt does not count."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewJob:
+    """What a producer enqueues; the backend assigns the id unless one is given."""
+
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    max_attempts: int | None = None
+    delay: float = 0.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class Publisher(Protocol):
+    """Enqueues jobs on one backend; returns the ids given to them."""
+
+    async def open(self) -> None:
+        """Connect (with retries and backoff)."""
+
+    async def close(self) -> None:
+        """Flush and disconnect."""
+
+    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
+        """Enqueue one job."""
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
+        """Enqueue a batch in as few round trips as the backend allows."""

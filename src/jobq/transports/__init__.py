@@ -1,0 +1,1 @@
+"""Queue backends. Each module keeps its driver's types to itself."""

@@ -1,0 +1,105 @@
+"""Postgres administration: schema migrations, dead-letter management, depth by state."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from jobq.config import PostgresConfig
+from jobq.errors import ConfigError
+from jobq.sql import Migration, Queries, migrations
+from jobq.transports.pg_connect import translated
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
+
+
+def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+    """The migration SQL as text, for ``jobq init --print-sql``."""
+    out = []
+    for m in migrations(schema):
+        out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(conn)}\n")
+    return "\n".join(out)
+
+
+class PostgresAdmin:
+    """Schema, dead letters and stats for one queue."""
+
+    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str,
+                 logger: logging.Logger | None = None) -> None:
+        self._pool = pool
+        self._schema = settings.schema
+        self._q = Queries(settings.schema)
+        self._queue = queue
+        self._log = logger or logging.getLogger("jobq.admin")
+
+    async def init(self) -> list[Migration]:
+        """Create or upgrade the schema; return the migrations applied now (none if current)."""
+        applied: list[Migration] = []
+        with translated("postgres init"):
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(self._q["migration_lock"], {"key": f"jobq:{self._schema}"})
+                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                    sql.Identifier(self._schema)))
+                await conn.execute(self._q["migrations_table"])
+                cur = await conn.execute(self._q["migrations_applied"])
+                done = {row[0] for row in await cur.fetchall()}
+                for m in migrations(self._schema):
+                    if m.version in done:
+                        continue
+                    await conn.execute(m.statement)
+                    await conn.execute(self._q["migration_record"],
+                                       {"version": m.version, "title": m.title})
+                    applied.append(m)
+        return applied
+
+    async def dead_list(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead jobs of the queue with their error, oldest first."""
+        rows = await self._fetch("dead_list", {"queue": self._queue, "limit": limit})
+        keys = ("id", "kind", "attempts", "max_attempts", "last_error", "finished_at", "payload")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+                           ) -> list[int]:
+        """Move dead jobs back to pending with attempts reset; unknown ids are refused."""
+        await self._check_ids(ids)
+        rows = await self._fetch("dead_requeue", {"queue": self._queue, "ids": ids, "kind": kind})
+        return [row[0] for row in rows]
+
+    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+                         ) -> list[int]:
+        """Delete dead jobs; unknown ids are refused."""
+        await self._check_ids(ids)
+        rows = await self._fetch("dead_purge", {"queue": self._queue, "ids": ids, "kind": kind})
+        return [row[0] for row in rows]
+
+    async def depth(self) -> dict[str, Any]:
+        """Job counts by state and the age in seconds of the oldest pending job."""
+        rows = await self._fetch("depth", {"queue": self._queue})
+        counts = {state: 0 for state in ("pending", "running", "done", "dead")}
+        oldest = None
+        for status, n, age in rows:
+            counts[status] = n
+            if status == "pending" and age is not None:
+                oldest = float(age)
+        return {"depth": counts, "oldest_pending_seconds": oldest}
+
+    async def _check_ids(self, ids: Sequence[int] | None) -> None:
+        if not ids:
+            return
+        found = {row[0] for row in await self._fetch(
+            "dead_existing", {"queue": self._queue, "ids": list(ids)})}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise ConfigError(f"no dead job with id {', '.join(map(str, missing))} in queue "
+                              f"{self._queue!r}; `jobq dead list` shows them", key="--id")
+
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        with translated(f"postgres {name}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(self._q[name], params)
+                return await cur.fetchall()

@@ -1,0 +1,97 @@
+"""PostgreSQL connections: open with retries and backoff, translate driver errors at the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from jobq.config import ConnectConfig, redact
+from jobq.errors import ConnectionLost, TransportError
+from jobq.retry import RetryPolicy
+
+
+def server_address(dsn: str) -> str:
+    """``host:port`` of a DSN, for messages (never the password)."""
+    try:
+        info = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<invalid dsn>"
+    host = str(info.get("host") or info.get("hostaddr") or "local socket")
+    return f"{host}:{info.get('port') or 5432}"
+
+
+def _clean(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", text)
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn psycopg errors into jobq's: ConnectionLost when the link broke, else TransportError."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise ConnectionLost(f"{what}: {_clean(exc)}") from exc
+    except psycopg.Error as exc:
+        raise TransportError(f"{what}: {_clean(exc)}") from exc
+
+
+def backoff_policy(connect: ConnectConfig) -> RetryPolicy:
+    """The backoff used between connection attempts."""
+    return RetryPolicy(base_delay=connect.backoff_base, max_delay=connect.backoff_max)
+
+
+async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) -> psycopg.AsyncConnection[
+    tuple[object, ...]
+]:
+    """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end."""
+    where = server_address(dsn)
+    policy = backoff_policy(connect)
+    for attempt in range(1, connect.attempts + 1):
+        try:
+            return await psycopg.AsyncConnection.connect(
+                dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout))
+            )
+        except psycopg.Error as exc:
+            if attempt == connect.attempts:
+                raise ConnectionLost(
+                    f"cannot reach PostgreSQL at {where} after {attempt} attempts: {_clean(exc)}"
+                ) from exc
+            delay = policy.backoff(attempt)
+            log.warning("cannot reach PostgreSQL at %s (attempt %d/%d): %s; retrying in %.1fs",
+                        where, attempt, connect.attempts, _clean(exc), delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+async def open_pool(
+    dsn: str, connect: ConnectConfig, size: int, log: logging.Logger
+) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]:
+    """An open connection pool of ``size`` autocommit connections, the server checked reachable."""
+    probe = await connect_once(dsn, connect, log)
+    await probe.close()
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]] = AsyncConnectionPool(
+        dsn,
+        min_size=size,
+        max_size=size,
+        open=False,
+        kwargs={"autocommit": True, "connect_timeout": max(1, round(connect.timeout))},
+        timeout=max(connect.timeout, 30.0),
+        reconnect_timeout=connect.backoff_max * connect.attempts,
+        name="jobq",
+    )
+    try:
+        await pool.open(wait=True, timeout=connect.timeout * connect.attempts)
+    except Exception as exc:
+        await pool.close()
+        raise ConnectionLost(f"cannot open a pool to PostgreSQL at {server_address(dsn)}: "
+                             f"{_clean(exc)}") from exc
+    log.info("connected to PostgreSQL at %s (pool of %d)", redact(server_address(dsn)), size)
+    return pool

@@ -1,0 +1,36 @@
+"""Rows of the jobs table into Deliveries; a row that is not a valid job becomes a malformed one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from jobq.job import Delivery, Job
+
+Row = Sequence[Any]
+
+
+def row_to_delivery(row: Row, queue: str) -> Delivery:
+    """``(id, kind, payload, headers, attempts, max_attempts, created_at)`` -> Delivery."""
+    job_id, kind, payload, headers, attempts, max_attempts, created_at = row
+    problem = None
+    if not isinstance(payload, dict):
+        problem = f"payload is not a JSON object (got {type(payload).__name__})"
+        payload = {}
+    if not isinstance(headers, dict):
+        problem = problem or f"headers are not a JSON object (got {type(headers).__name__})"
+        headers = {}
+    if not isinstance(kind, str) or not kind:
+        problem = problem or "kind is empty"
+    job = Job(
+        id=str(job_id),
+        queue=queue,
+        kind=kind or "",
+        payload=payload,
+        attempt=int(attempts),
+        max_attempts=int(max_attempts),
+        enqueued_at=created_at if isinstance(created_at, datetime) else None,
+        headers={str(k): str(v) for k, v in headers.items()},
+    )
+    return Delivery(job=job, handle=job_id, malformed=problem)

@@ -1,0 +1,208 @@
+"""PostgreSQL transport, lease mode: batch claims with SKIP LOCKED, batched acks, heartbeats.
+
+A claim commits at once and marks its rows ``running`` with a lease; the lease is extended
+while this consumer holds the job, and any consumer frees expired leases (rescue). Idle
+consumers sleep on LISTEN and poll as a fallback (delayed retries never notify).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from jobq.config import ConnectConfig, PostgresConfig
+from jobq.errors import TransportError
+from jobq.job import Delivery
+from jobq.retry import describe
+from jobq.sql import Queries
+from jobq.transports.pg_connect import backoff_policy, connect_once, translated
+from jobq.transports.pg_decode import row_to_delivery
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
+
+
+def consumer_id() -> str:
+    """A name for this consumer in ``locked_by``: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class PostgresTransport:
+    """Lease-mode consumer of one queue in a jobq schema."""
+
+    name = "postgres"
+    drain_timeout = 0.0  # a claim that finds nothing is the truth: no need to wait
+
+    def __init__(
+        self,
+        pool: Pool,
+        settings: PostgresConfig,
+        connect: ConnectConfig,
+        *,
+        queue: str,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._pool = pool
+        self._cfg = settings
+        self._connect = connect
+        self._queue = queue
+        self._q = Queries(settings.schema)
+        self._log = logger or logging.getLogger("jobq.postgres")
+        self._worker = consumer_id()
+        self._wake = asyncio.Event()
+        self._held: set[int] = set()  # claimed by us and not yet settled in the database
+        self._acks: list[int] = []
+        self._acks_waiting = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.rescued = 0
+
+    async def open(self) -> None:
+        """Start the ack flusher, the heartbeat/rescue loop and (unless poll-only) the listener."""
+        self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
+        self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
+        if self._cfg.notify:
+            self._tasks.append(asyncio.create_task(self._listen(), name="jobq-pg-listen"))
+
+    async def close(self) -> None:
+        """Stop background work and flush the acks still waiting."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        with contextlib.suppress(TransportError):
+            await self._flush()
+        if self._acks:
+            self._log.error("%d acks could not be written; those jobs will run again after "
+                            "their lease expires", len(self._acks))
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        """Claim up to ``max_count`` jobs; if none, wait for a NOTIFY or the poll interval."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self._wake.clear()
+            rows = await self._run("claim", {"queue": self._queue, "limit": max_count,
+                                             "lease": self._cfg.lease, "worker": self._worker},
+                                   fetch=True)
+            if rows:
+                self._held.update(row[0] for row in rows)
+                return [row_to_delivery(row, self._queue) for row in rows]
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
+        self._acks.append(delivery.handle)
+        if len(self._acks) >= self._cfg.ack_batch:
+            await self._flush()
+        else:
+            self._acks_waiting.set()
+
+    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+        """Back to pending with ``run_at`` moved ``delay`` seconds ahead."""
+        await self._settle_one("retry", delivery, {"delay": delay, "reason": reason})
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Status dead, ``last_error`` = reason."""
+        await self._settle_one("dead", delivery, {"reason": reason})
+
+    async def release(self, delivery: Delivery) -> None:
+        """Back to pending at once, attempt not counted, other consumers woken."""
+        await self._run("release", {"ids": [delivery.handle], "worker": self._worker,
+                                    "channel": self._q.channel})
+        self._held.discard(delivery.handle)
+
+    async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
+        await self._run(name, {"id": delivery.handle, **params})
+        self._held.discard(delivery.handle)
+
+    async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
+        with translated(f"postgres {name}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(self._q[name], params)
+                return await cur.fetchall() if fetch else []
+
+    async def _flush(self) -> None:
+        if not self._acks:
+            return
+        ids, self._acks = self._acks, []
+        try:
+            await self._run("ack", {"ids": ids})
+        except TransportError:
+            self._acks[:0] = ids  # keep them for the next try; the lease keeps them ours meanwhile
+            raise
+        self._held.difference_update(ids)
+
+    async def _flush_loop(self) -> None:
+        await self._forever(self._flush_once, "ack flush")
+
+    async def _flush_once(self) -> None:
+        await self._acks_waiting.wait()
+        await asyncio.sleep(self._cfg.ack_interval)
+        self._acks_waiting.clear()
+        await self._flush()
+
+    async def _maintain(self) -> None:
+        await self._forever(self._maintain_once, "lease maintenance")
+
+    async def _maintain_once(self) -> None:
+        heartbeat = self._cfg.heartbeat or self._cfg.lease / 3
+        await asyncio.sleep(min(heartbeat, self._cfg.rescue_interval))
+        if self._held:
+            await self._run("heartbeat", {"ids": list(self._held), "lease": self._cfg.lease,
+                                          "worker": self._worker})
+        rows = await self._run("rescue", {"queue": self._queue}, fetch=True)
+        if rows:
+            dead = sum(1 for _, status in rows if status == "dead")
+            self.rescued += len(rows)
+            self._log.warning("rescued %d jobs with expired leases (%d of them now dead: "
+                              "attempts exhausted)", len(rows), dead)
+            self._wake.set()
+
+    async def _forever(self, step: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run ``step`` until cancelled; log failures and back off instead of dying."""
+        failures = 0
+        policy = backoff_policy(self._connect)
+        while True:
+            try:
+                await step()
+                failures = 0
+            except TransportError as exc:
+                failures += 1
+                delay = policy.backoff(failures)
+                self._log.warning("%s failed (%s); retrying in %.1fs", what, describe(exc), delay)
+                await asyncio.sleep(delay)
+
+    async def _listen(self) -> None:
+        """Hold a LISTEN connection; reconnect forever with backoff if it drops."""
+        policy = backoff_policy(self._connect)
+        failures = 0
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._q.channel))
+        while True:
+            try:
+                conn = await connect_once(self._cfg.dsn, self._connect, self._log)
+                async with conn:
+                    await conn.execute(listen)
+                    failures = 0
+                    self._wake.set()  # a notification may have been missed while away
+                    async for note in conn.notifies():
+                        if note.payload == self._queue:
+                            self._wake.set()
+            except (psycopg.Error, TransportError) as exc:
+                failures += 1
+                delay = policy.backoff(failures)
+                self._log.warning("LISTEN connection lost (%s); reconnecting in %.1fs",
+                                  describe(exc), delay)
+                await asyncio.sleep(delay)
