@@ -1,0 +1,143 @@
+"""An in-memory transport and publisher: the pool's semantics without a server (tests, examples)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobq.job import Delivery, Job
+from jobq.transport import NewJob
+
+
+@dataclass(slots=True)
+class Entry:
+    """One job in the memory store."""
+
+    id: str
+    kind: str
+    payload: Any
+    max_attempts: int
+    status: str = "pending"
+    attempts: int = 0
+    run_at: float = 0.0
+    last_error: str | None = None
+    history: list[str] = field(default_factory=list)
+
+
+class MemoryStore:
+    """The shared 'server': jobs by id, for one or more MemoryTransports."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self._ids = itertools.count(1)
+        self.changed = asyncio.Event()
+
+    def add(self, kind: str, payload: Any, *, max_attempts: int = 5, delay: float = 0.0) -> str:
+        """Enqueue a job (``payload`` may be anything, to model malformed input)."""
+        job_id = str(next(self._ids))
+        self.entries[job_id] = Entry(job_id, kind, payload, max_attempts,
+                                     run_at=time.monotonic() + delay)
+        self.changed.set()
+        return job_id
+
+    def by_status(self, status: str) -> list[Entry]:
+        """Entries in ``status``."""
+        return [e for e in self.entries.values() if e.status == status]
+
+
+class MemoryTransport:
+    """Transport over a MemoryStore, with the same semantics as the Postgres lease mode."""
+
+    name = "memory"
+    drain_timeout = 0.0
+
+    def __init__(self, store: MemoryStore, *, queue: str = "default") -> None:
+        self.store = store
+        self.queue = queue
+        self.calls: list[tuple[str, str]] = []
+
+    async def open(self) -> None:
+        """Nothing to connect."""
+
+    async def close(self) -> None:
+        """Nothing to flush."""
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        """Claim due pending entries; wait up to ``timeout`` for one to appear."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.store.changed.clear()
+            now = time.monotonic()
+            due = [e for e in self.store.entries.values()
+                   if e.status == "pending" and e.run_at <= now][:max_count]
+            if due or now >= deadline:
+                return [self._deliver(e) for e in due]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.store.changed.wait(), min(0.01, deadline - now))
+
+    def _deliver(self, entry: Entry) -> Delivery:
+        entry.status = "running"
+        entry.attempts += 1
+        payload = entry.payload
+        malformed = None if isinstance(payload, Mapping) else (
+            f"payload is not a JSON object (got {type(payload).__name__})")
+        job = Job(id=entry.id, queue=self.queue, kind=entry.kind,
+                  payload=payload if malformed is None else {}, attempt=entry.attempts,
+                  max_attempts=entry.max_attempts)
+        return Delivery(job=job, handle=entry, malformed=malformed)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Mark done."""
+        self._settle(delivery, "done", "ack")
+
+    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+        """Back to pending after ``delay``."""
+        entry = self._settle(delivery, "pending", "retry")
+        entry.run_at = time.monotonic() + delay
+        entry.last_error = reason
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Mark dead with the reason."""
+        self._settle(delivery, "dead", "dead").last_error = reason
+
+    async def release(self, delivery: Delivery) -> None:
+        """Back to pending, attempt not counted."""
+        entry = self._settle(delivery, "pending", "release")
+        entry.attempts -= 1
+
+    def _settle(self, delivery: Delivery, status: str, call: str) -> Entry:
+        entry: Entry = delivery.handle
+        if entry.status != "running":
+            raise AssertionError(f"job {entry.id} settled twice ({call} after {entry.history})")
+        entry.status = status
+        entry.history.append(call)
+        self.calls.append((call, entry.id))
+        self.store.changed.set()
+        return entry
+
+
+class MemoryPublisher:
+    """Publisher over a MemoryStore."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        """Nothing to connect."""
+
+    async def close(self) -> None:
+        """Nothing to flush."""
+
+    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
+        """Add one job."""
+        return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
+                              delay=job.delay)
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
+        """Add several jobs."""
+        return [await self.enqueue(job) for job in jobs]

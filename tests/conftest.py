@@ -1,0 +1,114 @@
+"""Shared fixtures. Service-backed tests FAIL (never skip) when CI is set and a server is down."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+AMQP_URL = os.environ.get("JOBQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+IN_CI = bool(os.environ.get("CI"))
+
+
+def _tcp_up(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def need_service(name: str, host: str, port: int) -> None:
+    """Fail under CI, skip elsewhere, when a server the test needs does not answer."""
+    if _tcp_up(host, port):
+        return
+    message = f"{name} on {host}:{port} does not answer"
+    if IN_CI:
+        pytest.fail(message + " (CI is set: service tests must not be skipped)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def pg_dsn() -> str:
+    """The test PostgreSQL DSN, checked reachable."""
+    need_service("PostgreSQL", "127.0.0.1", 5432)
+    return PG_DSN
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    """The test RabbitMQ URL, checked reachable."""
+    need_service("RabbitMQ", "127.0.0.1", 5672)
+    return AMQP_URL
+
+
+@pytest.fixture
+def schema(pg_dsn: str) -> Iterator[str]:
+    """A fresh jobq schema (initialised), dropped afterwards: tests never share tables."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    result = run_cli("jobq", "init", *pg_args("q"), env=schema_env(name))
+    assert result.returncode == 0, result.stderr
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name unique to the test."""
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+def pg_args(queue: str) -> list[str]:
+    """CLI arguments for the Postgres config and ``queue`` (DSN and schema come by environment)."""
+    return ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a CLI subprocess (extra keys are JOBQ_* overrides)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
+    env["JOBQ_PG_DSN"] = PG_DSN
+    env["JOBQ_AMQP_URL"] = AMQP_URL
+    env["PYTHONPATH"] = str(ROOT)  # so `--processor tests.processors:...` imports
+    env.update(extra)
+    return env
+
+
+def command(name: str) -> str:
+    """Path of an installed console script."""
+    return str(BIN / name)
+
+
+def run_cli(name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``consumer``/``producer``/``jobq`` to completion."""
+    return subprocess.run([command(name), *args], capture_output=True, text=True,
+                          env=env or cli_env(), timeout=timeout)
+
+
+def start_cli(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``consumer``/``producer``/``jobq`` in the background."""
+    return subprocess.Popen([command(name), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env or cli_env())
+
+
+def schema_env(schema: str, **extra: str) -> dict[str, str]:
+    """cli_env() pointing the Postgres transport at ``schema``."""
+    return cli_env(JOBQ_POSTGRES__SCHEMA=schema, **extra)
+
+
+def fetch(dsn: str, query: str | sql.Composable, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    """Run one query and return its rows (test-side checks)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]

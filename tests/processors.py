@@ -1,0 +1,34 @@
+"""Handlers for tests that run the real consumer: each leaves evidence the test can check."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from jobq import Job, PermanentError
+
+
+def record(dir: str, sleep_ms: float = 0.0, fail_kind: str = "") -> Any:  # noqa: A002
+    """Append each job id to ``dir/<pid>.log`` (an independent completion record)."""
+    path = Path(dir)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        if sleep_ms:
+            await asyncio.sleep(sleep_ms / 1000)
+        if fail_kind and job.kind == fail_kind:
+            raise PermanentError(f"kind {job.kind} always fails")
+        out.write(f"{job.id}\n")
+
+    return handle
+
+
+def completions(dir: str | Path) -> list[str]:
+    """Every job id recorded under ``dir``, one entry per completion."""
+    ids: list[str] = []
+    for file in Path(dir).glob("*.log"):
+        ids.extend(line for line in file.read_text().splitlines() if line)
+    return ids
