@@ -10,9 +10,9 @@ from typing import Any
 from jobq import Job, PermanentError
 
 
-def record(dir: str, sleep_ms: float = 0.0, fail_kind: str = "") -> Any:  # noqa: A002
-    """Append each job id to ``dir/<pid>.log`` (an independent completion record)."""
-    path = Path(dir)
+def record(directory: str, sleep_ms: float = 0.0, fail_kind: str = "") -> Any:
+    """Append each job id to ``directory/<pid>.log`` (an independent completion record)."""
+    path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
 
