@@ -66,7 +66,10 @@ class PostgresTransport:
         self.rescued = 0
 
     async def open(self) -> None:
-        """Start the ack flusher, the heartbeat/rescue loop and (unless poll-only) the listener."""
+        """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
+        (unless poll-only) the listener. Rescuing first lets a ``--once`` sweep pick up the jobs
+        of a consumer that died."""
+        await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
         if self._cfg.notify:
@@ -140,8 +143,10 @@ class PostgresTransport:
         ids, self._acks = self._acks, []
         try:
             await self._run("ack", {"ids": ids})
-        except TransportError:
-            self._acks[:0] = ids  # keep them for the next try; the lease keeps them ours meanwhile
+        except BaseException:
+            # Failed or cancelled mid-statement (close() cancels the flush loop): keep them for
+            # the next try. Acking twice is harmless; the lease keeps them ours meanwhile.
+            self._acks[:0] = ids
             raise
         self._held.difference_update(ids)
 
@@ -163,6 +168,9 @@ class PostgresTransport:
         if self._held:
             await self._run("heartbeat", {"ids": list(self._held), "lease": self._cfg.lease,
                                           "worker": self._worker})
+        await self._rescue()
+
+    async def _rescue(self) -> None:
         rows = await self._run("rescue", {"queue": self._queue}, fetch=True)
         if rows:
             dead = sum(1 for _, status in rows if status == "dead")
