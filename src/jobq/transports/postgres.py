@@ -93,17 +93,32 @@ class PostgresTransport:
         deadline = loop.time() + timeout
         while True:
             self._wake.clear()
-            rows = await self._run("claim", {"queue": self._queue, "limit": max_count,
-                                             "lease": self._cfg.lease, "worker": self._worker},
-                                   fetch=True)
+            rows = await self._claim(max_count)
             if rows:
-                self._held.update(row[0] for row in rows)
                 return [row_to_delivery(row, self._queue) for row in rows]
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+
+    async def _claim(self, limit: int) -> list[Any]:
+        params = {"queue": self._queue, "limit": limit, "lease": self._cfg.lease,
+                  "worker": self._worker}
+        claim = asyncio.ensure_future(self._run("claim", params, fetch=True))
+        try:
+            rows = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # Cancelled (shutdown) while the claim was in flight: it may still commit, so wait
+            # for it and hand its rows straight back, attempt not counted.
+            with contextlib.suppress(Exception):
+                taken = await claim
+                if taken:
+                    await self._run("release", {"ids": [row[0] for row in taken],
+                                                "worker": self._worker, "channel": self._q.channel})
+            raise
+        self._held.update(row[0] for row in rows)
+        return rows
 
     async def ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
