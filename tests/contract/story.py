@@ -20,7 +20,8 @@ RETRY_DELAY = 1.0
 
 def story(directory: str, slow_ms: float = 0.0) -> Any:
     """``ok`` succeeds; ``retry`` asks for RETRY_DELAY once; ``flaky`` always fails (retryable);
-    ``fail`` fails permanently; ``slow`` sleeps ``slow_ms`` then succeeds."""
+    ``fail`` fails permanently; ``slow`` sleeps ``slow_ms`` then succeeds; ``crash`` kills the
+    process (exit 137, no clean-up)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = (path / f"{os.getpid()}.events").open("a", buffering=1, encoding="utf-8")
@@ -40,6 +41,8 @@ def story(directory: str, slow_ms: float = 0.0) -> Any:
         if job.kind == "fail":
             log(job, "fail")
             raise PermanentError("this job can never work")
+        if job.kind == "crash":
+            os._exit(137)
         if job.kind == "slow":
             await asyncio.sleep(slow_ms / 1000)
         log(job, "ok")

@@ -41,6 +41,7 @@ from jobq.transports.rmq_session import Handle, Session
 from jobq.transports.rmq_topology import Topology
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
+RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 
 
 class RabbitTransport:
@@ -62,6 +63,7 @@ class RabbitTransport:
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._event = asyncio.Event()
+        self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,8 +177,8 @@ class RabbitTransport:
         while not self._arrived:
             session = self._session
             if session is None or not session.alive:
-                raise ConnectionLost(f"not connected to RabbitMQ at {self._link.address} "
-                                     "(reconnecting)")
+                await self._await_resume(timeout)
+                continue
             self._event.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
@@ -187,6 +189,19 @@ class RabbitTransport:
             if timeout < self.drain_timeout or not await self._ready_count(session):
                 return
             deadline = loop.time() + self.drain_timeout
+
+    async def _await_resume(self, timeout: float) -> None:
+        """Wait for the supervisor to consume again; ConnectionLost if it takes too long.
+
+        Waiting here (rather than failing at once) keeps the pool from piling up receive
+        failures, whose backoff would otherwise idle it long after the broker is back.
+        """
+        try:
+            async with asyncio.timeout(max(timeout, RESUME_WAIT)):
+                await self._resumed.wait()
+        except TimeoutError:
+            raise ConnectionLost(f"not connected to RabbitMQ at {self._link.address} "
+                                 "(reconnecting)") from None
 
     async def _ready_count(self, session: Session) -> int:
         try:
@@ -225,20 +240,31 @@ class RabbitTransport:
             self._log.error("could not dead-letter job %s (%s)", job.id, describe(exc))
 
     async def _start_session(self) -> None:
+        """Open channels on the link, declare, set the prefetch and consume."""
         link, topology = self._link, self._topology
-        number = link.generation
         consume = await link.channel(confirms=False)
-        with translated("rabbitmq declare"):
-            await topology.declare(consume)
-            await consume.set_qos(prefetch_count=self._prefetch)
-            publish = await link.channel(confirms=True)
-            dlx = await publish.get_exchange(topology.dlx, ensure=False)
-            raw = await consume.get_underlay_channel()
-        session = Session(number, consume, raw, publish, dlx, ack_interval=self._cfg.ack_interval,
+        try:
+            with translated("rabbitmq declare"):
+                await topology.declare(consume)
+                await consume.set_qos(prefetch_count=self._prefetch)
+                publish = await link.channel(confirms=True)
+                dlx = await publish.get_exchange(topology.dlx, ensure=False)
+                raw = await consume.get_underlay_channel()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await consume.close()
+            raise
+        session = Session(link.generation, consume, raw, publish, dlx,
+                          ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 4), logger=self._log)
-        self._session = session
         raw.on_consumer_cancel_callbacks.add(lambda _frame: self._resubscribe(session))
-        await self._subscribe(session)
+        try:
+            await self._subscribe(session)
+        except BaseException:
+            await session.close()
+            raise
+        self._session = session
+        self._resumed.set()
         self._log.info("consuming %r on RabbitMQ at %s (%s queue, prefetch %d)", self._queue,
                        link.address, topology.queue_type, self._prefetch)
 
@@ -270,13 +296,14 @@ class RabbitTransport:
             self._log.warning("lost the RabbitMQ session (%s); %d buffered deliveries dropped "
                               "(the broker redelivers them); reconnecting", session.reason,
                               len(self._arrived))
+            self._resumed.clear()
             self._arrived.clear()
             self._event.set()
             await session.close()
             failures = 0
             while True:
                 try:
-                    if not self._link.is_open:
+                    if not self._link.is_open or failures:
                         await self._link.reopen()
                     await self._start_session()
                     break

@@ -75,6 +75,7 @@ class RabbitLink:
         self._role = role
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._conn: AbstractConnection | None = None
+        self._lost = False  # the broker or the network closed the current connection
         self.address = server_address(url)
         self.generation = 0
 
@@ -86,7 +87,7 @@ class RabbitLink:
     @property
     def is_open(self) -> bool:
         """True while the current connection is up."""
-        return self._conn is not None and not self._conn.is_closed
+        return self._conn is not None and not self._conn.is_closed and not self._lost
 
     async def open(self, *, attempts: int | None = None) -> None:
         """Connect, retrying with backoff; ConnectionLost naming host:port after ``attempts`` tries.
@@ -117,6 +118,8 @@ class RabbitLink:
                 await asyncio.sleep(delay)
                 continue
             self._conn = conn
+            self._lost = False
+            conn.close_callbacks.add(self._on_close)
             self.generation += 1
             self._log.info("connected to RabbitMQ at %s", self.address)
             return
@@ -128,7 +131,7 @@ class RabbitLink:
 
     async def channel(self, *, confirms: bool) -> AbstractChannel:
         """A new channel on the current connection (publisher confirms and returns if asked)."""
-        if self._conn is None or self._conn.is_closed:
+        if not self.is_open or self._conn is None:
             raise ConnectionLost(f"not connected to RabbitMQ at {self.address}")
         with translated("rabbitmq open channel"):
             return await self._conn.channel(publisher_confirms=confirms, on_return_raises=confirms)
@@ -139,6 +142,10 @@ class RabbitLink:
         if conn is not None and not conn.is_closed:
             with contextlib.suppress(Exception):
                 await conn.close()
+
+    def _on_close(self, sender: object, _exc: BaseException | None) -> None:
+        if sender is self._conn:
+            self._lost = True
 
     def _name(self) -> str:
         return f"jobq {self._role} {socket.gethostname()}:{os.getpid()}"
