@@ -10,12 +10,14 @@ import asyncio
 import collections
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aio_pika
 import pytest
 
-from tests.conftest import cli_env
+from tests.conftest import AMQP_URL, cli_env
 from tests.contract.backends import Backend, publish_raw, rabbit_backend
 from tests.contract.story import events
 from tests.contract.test_contract import by_event, consumer_args, stop, wait_for
@@ -190,3 +192,25 @@ def test_stats_json_shape_matches_postgres(rabbit: Backend) -> None:
     data = json.loads(result.stdout)
     assert set(data) == {"depth", "oldest_pending_seconds"}
     assert data["depth"] == {"pending": 3, "running": None, "done": None, "dead": 0}
+
+
+def test_a_consumer_cancelled_by_the_broker_subscribes_again(rabbit: Backend, tmp_path: Path) -> None:
+    consumer = rabbit.start("consumer", *record_args(tmp_path))
+    try:
+        rabbit.produce(5)
+        assert wait_for(lambda: tally(tmp_path)[0] == 5, 20)
+        asyncio.run(delete_queue(rabbit.queue))  # the broker cancels every consumer of it
+        time.sleep(0.5)
+        rabbit.produce(5)  # the producer declares the queue again; the consumer is back on it
+        assert wait_for(lambda: tally(tmp_path)[0] == 10, 20), tally(tmp_path)
+    finally:
+        code, err = stop(consumer)
+    assert code == 0, err
+    assert "consumer cancelled by the broker" in err
+
+
+async def delete_queue(name: str) -> None:
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(name)

@@ -24,6 +24,7 @@ import collections
 import contextlib
 import functools
 import logging
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -174,6 +175,7 @@ class RabbitTransport:
     async def _wait(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        probed = False
         while not self._arrived:
             session = self._session
             if session is None or not session.alive:
@@ -185,9 +187,11 @@ class RabbitTransport:
                     await self._event.wait()
             if self._arrived or loop.time() < deadline:
                 continue
-            # A silent drain probe: believe it only if the queue holds nothing ready for us.
-            if timeout < self.drain_timeout or not await self._ready_count(session):
+            # A silent drain probe (--once): if the queue still holds ready messages, give them
+            # one more drain_timeout to arrive before the pool believes it is drained.
+            if probed or timeout < self.drain_timeout or not await self._ready_count(session):
                 return
+            probed = True
             deadline = loop.time() + self.drain_timeout
 
     async def _await_resume(self, timeout: float) -> None:
@@ -221,12 +225,16 @@ class RabbitTransport:
                                       max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}")
         delivery = Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
         if problem is None and job.attempt > job.max_attempts:
-            task = asyncio.create_task(self._exhausted(delivery))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._exhausted(delivery))
             return
         self._arrived.append(delivery)
         self._event.set()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background; close() waits for it."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _exhausted(self, delivery: Delivery) -> None:
         """Crash redeliveries used up the attempts: dead-letter without running (like a rescue)."""
@@ -257,7 +265,10 @@ class RabbitTransport:
         session = Session(link.generation, consume, raw, publish, dlx,
                           ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 4), logger=self._log)
-        raw.on_consumer_cancel_callbacks.add(lambda _frame: self._resubscribe(session))
+        # aiormq awaits this callback inside the channel's frame reader: anything that waits
+        # for a reply on the channel must run as a task, or it waits for itself.
+        raw.on_consumer_cancel_callbacks.add(
+            lambda _frame: self._spawn(self._resubscribe(session)))
         try:
             await self._subscribe(session)
         except BaseException:

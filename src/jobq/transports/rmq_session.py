@@ -21,6 +21,7 @@ from aiormq.abc import DeliveredMessage
 from jobq.transports.rmq_acks import AckTracker
 from jobq.transports.rmq_connect import LINK_ERRORS, describe_amqp
 
+CANCEL_TIMEOUT = 5.0  # a broker that does not answer a basic.cancel is treated as lost
 _SEND_ERRORS: tuple[type[BaseException], ...] = (*LINK_ERRORS, aiormq.exceptions.AMQPError)
 
 
@@ -89,8 +90,8 @@ class Session:
         if tag is None or not self.alive:
             return
         try:
-            await self.raw.basic_cancel(tag)
-        except _SEND_ERRORS as exc:
+            await self.raw.basic_cancel(tag, timeout=CANCEL_TIMEOUT)
+        except _SEND_ERRORS as exc:  # TimeoutError included
             self.end(f"cancel failed: {describe_amqp(exc)}")
 
     def end(self, reason: str) -> None:
