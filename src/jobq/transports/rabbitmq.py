@@ -45,6 +45,11 @@ QUIET = 0.05  # at close: time for deliveries made room for by the last acks to 
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 
 
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class RabbitTransport:
     """Consumer of one jobq queue on RabbitMQ."""
 
@@ -63,7 +68,7 @@ class RabbitTransport:
         self._topology = Topology.configured(settings, queue)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
-        self._event = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
         self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
         self._supervisor: asyncio.Task[None] | None = None
@@ -181,10 +186,7 @@ class RabbitTransport:
             if session is None or not session.alive:
                 await self._await_resume(timeout)
                 continue
-            self._event.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
-                    await self._event.wait()
+            await self._sleep(deadline)
             if self._arrived or loop.time() < deadline:
                 continue
             # A silent drain probe (--once): if the queue still holds ready messages, give them
@@ -193,6 +195,24 @@ class RabbitTransport:
                 return
             probed = True
             deadline = loop.time() + self.drain_timeout
+
+    async def _sleep(self, deadline: float) -> None:
+        """Until a delivery arrives or the session ends (see _wake), or ``deadline``.
+
+        A bare future and a timer: the cheapest wait asyncio has, and receive runs per batch.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_at(deadline, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _resolve(self._waiter)
 
     async def _await_resume(self, timeout: float) -> None:
         """Wait for the supervisor to consume again; ConnectionLost if it takes too long.
@@ -228,7 +248,8 @@ class RabbitTransport:
             self._spawn(self._exhausted(delivery))
             return
         self._arrived.append(delivery)
-        self._event.set()
+        if self._waiter is not None:
+            _resolve(self._waiter)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in the background; close() waits for it."""
@@ -309,7 +330,7 @@ class RabbitTransport:
                               len(self._arrived))
             self._resumed.clear()
             self._arrived.clear()
-            self._event.set()
+            self._wake()
             await session.close()
             failures = 0
             while True:
