@@ -285,7 +285,7 @@ class RabbitTransport:
             raise
         session = Session(link.generation, consume, raw, publish, dlx,
                           ack_interval=self._cfg.ack_interval,
-                          ack_batch=max(1, self._prefetch // 4), logger=self._log)
+                          ack_batch=max(1, self._prefetch // 2), logger=self._log)
         # aiormq awaits this callback inside the channel's frame reader: anything that waits
         # for a reply on the channel must run as a task, or it waits for itself.
         raw.on_consumer_cancel_callbacks.add(

@@ -125,7 +125,7 @@ class Session:
         """Send acks in batches: at ``ack_batch`` owed, or ``ack_interval`` after the first.
 
         Fewer, larger acks are most of the speed at high rates (each is a frame and a send);
-        the batch stays well under the prefetch so the broker never runs dry waiting for them.
+        at half the prefetch, the other half keeps the broker sending while the ack travels.
         """
         loop = asyncio.get_running_loop()
         due: float | None = None  # when whatever is owed gets acked, gap or not
