@@ -229,10 +229,11 @@ class Stack:
 
 def announce(stack: Stack, prometheus: str | None) -> None:
     """Tell people (and the test) where to look: one JSON line, then plain lines."""
+    consumers = {p.name: f"http://127.0.0.1:{p.port}" for p in stack.consumers}
     info = {"queue": stack.tag, "schema": stack.schema, "prometheus": prometheus,
-            "consumers": {p.name: f"http://127.0.0.1:{p.port}" for p in stack.consumers}}
+            "consumers": consumers}
     print("STACK READY " + json.dumps(info), flush=True)
-    for name, url in info["consumers"].items():
+    for name, url in consumers.items():
         print(f"  {name}: {url}/metrics  {url}/healthz  {url}/readyz", flush=True)
     if prometheus:
         print(f"  prometheus: {prometheus}/targets  (dashboard queries: {prometheus}/graph)",

@@ -16,7 +16,7 @@ def drop_schema(dsn: str, schema: str) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def _names(kind: str) -> list[str]:
+def broker_names(kind: str) -> list[str]:
     """Queue or exchange names on the local broker's default vhost, via rabbitmqctl."""
     done = subprocess.run(["rabbitmqctl", f"list_{kind}", "--quiet", "--no-table-headers", "name"],
                           capture_output=True, text=True, timeout=60, check=True)
@@ -44,7 +44,7 @@ def drop_rabbit(url: str, prefix: str) -> list[str]:
     AMQP cannot list queues, so the names come from rabbitmqctl: the native stack only ever
     runs beside its broker.
     """
-    queues, exchanges = owned(_names("queues"), prefix), owned(_names("exchanges"), prefix)
+    queues, exchanges = owned(broker_names("queues"), prefix), owned(broker_names("exchanges"), prefix)
     if queues or exchanges:
         asyncio.run(_delete(url, queues, exchanges))
     return queues + exchanges

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -49,3 +53,43 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+class Running:
+    """A started consumer: its stderr lines collected, its metrics address learned from them."""
+
+    def __init__(self, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._port = threading.Event()
+        self.port = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._port.wait(timeout):
+            self.proc.kill()
+            raise AssertionError("the consumer never said where its metrics are:\n"
+                                 + "".join(self.lines))
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"metrics on [^:\s]+:(\d+)", line)
+            if found and not self._port.is_set():
+                self.port = int(found.group(1))
+                self._port.set()
+
+    @property
+    def base(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then the exit code (killed after ``timeout``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
