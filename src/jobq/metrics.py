@@ -133,9 +133,13 @@ class Metrics:
         self.registry.register(_TransportCounters(transport, self._values))
 
     def depth(self, data: Mapping[str, Any]) -> None:
-        """Record an ``admin.depth()`` answer: ``{"depth": {state: n}, "oldest_pending_seconds"}``."""
+        """Record an ``admin.depth()`` answer: ``{"depth": {state: n}, "oldest_pending_seconds"}``.
+
+        A state whose count is None (the backend cannot tell) is not exported.
+        """
         for state, count in data["depth"].items():
-            self._depth.labels(*self._values, state).set(count)
+            if count is not None:
+                self._depth.labels(*self._values, state).set(count)
         self._oldest.set(data.get("oldest_pending_seconds") or 0.0)
 
     def depth_failed(self) -> None:

@@ -9,14 +9,12 @@ the pool's hot path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from jobq.errors import JobqError
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import describe
@@ -56,8 +54,12 @@ class Monitor:
         """Cancel the background task and wait for it."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a bug here must not turn a clean shutdown into a crash
+                self._log.exception("monitor failed")
             self._task = None
 
     async def run(self) -> None:
@@ -87,7 +89,9 @@ class Monitor:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT):
                 data = await self._probe()
-        except (JobqError, TimeoutError) as exc:
+            if self._metrics is not None:
+                self._metrics.depth(data)
+        except Exception as exc:  # backend code: a failing poll must never stop the consumer
             if self._metrics is not None:
                 self._metrics.depth_failed()
             log = self._log.debug if self._failing else self._log.warning
@@ -96,8 +100,6 @@ class Monitor:
             return
         self._failing = False
         self.last_depth = data
-        if self._metrics is not None:
-            self._metrics.depth(data)
 
     def summary(self, last: tuple[float, int, int, int]) -> tuple[float, int, int, int]:
         """Log rate, failures, in-flight and depth since ``last``; return the new mark."""
@@ -121,11 +123,12 @@ class Monitor:
 
 def render_depth(data: Mapping[str, Any], *, transport: str, queue: str) -> str:
     """``jobq stats`` as a table: one row per state, then the age of the oldest pending job."""
-    depth: Mapping[str, int] = data["depth"]
+    # None: the backend cannot count that state (shown as "-").
+    depth = {state: "-" if n is None else f"{n:,}" for state, n in data["depth"].items()}
     width = max([5, *(len(s) for s in depth)])
-    number = max([4, *(len(f"{n:,}") for n in depth.values())])
+    number = max([4, *(len(n) for n in depth.values())])
     lines = [f"queue {queue!r} on {transport}", f"{'state':<{width}}  {'jobs':>{number}}"]
-    lines += [f"{state:<{width}}  {count:>{number},}" for state, count in depth.items()]
+    lines += [f"{state:<{width}}  {count:>{number}}" for state, count in depth.items()]
     oldest = data.get("oldest_pending_seconds")
     lines.append("oldest pending job: " + ("none waiting" if oldest is None else f"{oldest:.1f}s old"))
     return "\n".join(lines)

@@ -165,8 +165,11 @@ async def test_readiness_follows_receive_failures_stop_and_the_transport() -> No
 
 def test_depth_gauges_take_whatever_states_the_backend_reports() -> None:
     metrics = Metrics("rabbitmq", "q")
-    metrics.depth({"depth": {"ready": 5, "unacked": 2, "dead": 1, "retry": 3},
+    metrics.depth({"depth": {"ready": 5, "unacked": 2, "dead": 1, "retry": 3, "done": None},
                    "oldest_pending_seconds": None})
+    names = {s.labels.get("state") for f in metrics.registry.collect() for s in f.samples
+             if s.name == "jobq_queue_depth"}
+    assert names == {"ready", "unacked", "dead", "retry"}  # None: not counted, not exported
     got = {s: metrics.registry.get_sample_value("jobq_queue_depth", {
         "transport": "rabbitmq", "queue": "q", "state": s}) for s in ("ready", "unacked", "dead", "retry")}
     assert got == {"ready": 5, "unacked": 2, "dead": 1, "retry": 3}

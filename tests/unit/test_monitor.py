@@ -154,6 +154,20 @@ def test_stats_table() -> None:
         "dead          0",
         "oldest pending job: 81.2s old",
     ]
-    empty = render_depth({"depth": {"ready": 0}, "oldest_pending_seconds": None},
+    empty = render_depth({"depth": {"ready": 0, "unacked": None}, "oldest_pending_seconds": None},
                          transport="rabbitmq", queue="q")
-    assert empty.splitlines()[-1] == "oldest pending job: none waiting"
+    assert empty.splitlines()[2:] == ["ready       0", "unacked     -",
+                                      "oldest pending job: none waiting"]
+
+
+async def test_a_broken_probe_never_stops_the_monitor() -> None:
+    metrics = Metrics("postgres", "q")
+    probe = Probe(RuntimeError("a bug in a backend"), {"no depth": 1},
+                  {"depth": {"pending": 2}, "oldest_pending_seconds": 1.0})
+    monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
+                      summary_interval=0)
+    monitor.start()
+    await asyncio.sleep(0.2)
+    await monitor.stop()
+    assert gauge(metrics, "jobq_depth_poll_errors_total") == 2
+    assert gauge(metrics, "jobq_queue_depth", state="pending") == 2
