@@ -96,7 +96,6 @@ class WorkerPool:
         self._force = asyncio.Event()
         self._interrupting = False
         self._scopes: dict[int, asyncio.Timeout] = {}
-        self._running = False
         self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
 
@@ -112,8 +111,8 @@ class WorkerPool:
 
     @property
     def consuming(self) -> bool:
-        """True while running, not stopping, and the last receive did not fail (readiness)."""
-        return self._running and not self._stop.is_set() and self.receive_failures == 0
+        """False once stopping, or while receives fail (readiness; ``run`` sets stop at its end)."""
+        return not self._stop.is_set() and self.receive_failures == 0
 
     @property
     def forced(self) -> bool:
@@ -134,7 +133,6 @@ class WorkerPool:
         workers = [asyncio.create_task(self._work(i)) for i in range(self._concurrency)]
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._stop.wait())
-        self._running = True
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
             self._stop.set()
@@ -144,7 +142,6 @@ class WorkerPool:
             await self._release_unstarted()
             await self._drain(workers)
         finally:
-            self._running = False
             stopper.cancel()
             for task in (*workers, fetcher):
                 task.cancel()
