@@ -190,7 +190,7 @@ def test_stats_json_shape_matches_postgres(rabbit: Backend) -> None:
     result = rabbit.run("jobq", "stats", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"depth", "oldest_pending_seconds"}
+    assert data["oldest_pending_seconds"] is None  # AMQP cannot peek without a delivery
     assert data["depth"] == {"pending": 3, "running": None, "done": None, "dead": 0}
 
 

@@ -13,10 +13,11 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from jobq.config import RabbitConfig
-from jobq.errors import ConfigError
+from jobq.errors import ConfigError, TransportError
 from jobq.transports.rmq_codec import (
     ATTEMPT,
     ATTEMPTS_USED,
@@ -152,6 +153,11 @@ class RabbitAdmin:
         try:
             with translated("rabbitmq admin"):
                 yield channel
+        except TransportError as exc:
+            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                raise TransportError(f"{exc}; run `jobq init --transport=rabbitmq` to declare "
+                                     f"queue {self._queue!r}") from exc.__cause__
+            raise
         finally:
             if not channel.is_closed:
                 with contextlib.suppress(Exception):
