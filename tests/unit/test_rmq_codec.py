@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -33,6 +34,14 @@ def test_round_trip() -> None:
     assert (job.id, job.kind, job.payload, job.attempt, job.max_attempts) == (
         "42", "email", {"to": "a@b"}, 1, 3)
     assert job.headers == {"trace": "t1"}  # jobq's and the broker's x- headers are not the job's
+    assert job.enqueued_at is not None
+    assert job.enqueued_at.timestamp() == message.headers["x-jobq-enqueued-at"]  # sub-second
+
+
+def test_enqueue_time_falls_back_to_the_whole_second_timestamp() -> None:
+    stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    job, _ = read(b"{}", Basic.Properties(message_id="1", message_type="k", timestamp=stamp))
+    assert job.enqueued_at == stamp
 
 
 def test_crash_redeliveries_count_as_attempts() -> None:

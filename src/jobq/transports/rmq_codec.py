@@ -2,7 +2,8 @@
 
 A message: JSON object body (the payload), ``message_id`` = job id, ``type`` = kind,
 ``timestamp`` = enqueue time, persistent; headers ``x-jobq-attempt`` (the attempt number its
-next delivery is, 1 for a new job) and ``x-jobq-max-attempts``; the user's headers beside them.
+next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueued-at`` (epoch
+seconds, sub-second); the user's headers beside them.
 Crash redeliveries add to the attempt: ``x-delivery-count`` on quorum queues, the
 ``redelivered`` flag on classic ones (which tells "at least once more", no more).
 """
@@ -27,6 +28,9 @@ MAX_ATTEMPTS = "x-jobq-max-attempts"
 ERROR = "x-jobq-error"  # on a dead message: error type and message
 ATTEMPTS_USED = "x-jobq-attempts"  # on a dead message: the attempts it had when it died
 DEAD_AT = "x-jobq-dead-at"
+# Enqueue time as float epoch seconds: the AMQP timestamp property has whole seconds only, too
+# coarse for end-to-end latency.
+ENQUEUED_AT = "x-jobq-enqueued-at"
 DELIVERY_COUNT = "x-delivery-count"
 CONTENT_TYPE = "application/json"
 # Headers jobq or the broker own: never handed to the handler as the job's headers, and
@@ -52,10 +56,11 @@ def encode(job: NewJob, *, job_id: str, max_attempts: int) -> aio_pika.Message:
     except (TypeError, ValueError) as exc:
         raise MalformedJob(f"payload is not JSON-serialisable: {exc}") from exc
     headers: dict[str, Any] = {str(k): str(v) for k, v in job.headers.items()}
+    now = datetime.now(UTC)
     headers[ATTEMPT] = 1
     headers[MAX_ATTEMPTS] = job.max_attempts or max_attempts
-    return make_message(body, headers=headers, message_id=job_id, kind=job.kind,
-                        timestamp=datetime.now(UTC))
+    headers[ENQUEUED_AT] = now.timestamp()
+    return make_message(body, headers=headers, message_id=job_id, kind=job.kind, timestamp=now)
 
 
 def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None, kind: str | None,
@@ -110,10 +115,14 @@ def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: st
         payload=payload,
         attempt=_int(headers.get(ATTEMPT), 1) + redeliveries,
         max_attempts=_int(headers.get(MAX_ATTEMPTS), max_attempts),
-        enqueued_at=props.timestamp,
+        enqueued_at=_enqueued_at(headers.get(ENQUEUED_AT), props.timestamp),
         headers={k: as_text(v) for k, v in headers.items() if not k.startswith("x-")},
     )
     return job, problem
+
+
+def _enqueued_at(precise: Any, coarse: datetime | None) -> datetime | None:
+    return datetime.fromtimestamp(precise, UTC) if type(precise) is float else coarse
 
 
 def as_text(value: Any) -> str:
