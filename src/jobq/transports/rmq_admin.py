@@ -1,8 +1,8 @@
 """RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state.
 
 The dead queue is walked with basic.get without acking: what is not chosen goes back when the
-walking channel closes. RabbitMQ keeps no record of finished jobs and AMQP does not expose a
-queue's unacked count, so ``depth`` reports ``running`` and ``done`` as None (unknown).
+walking channel closes. AMQP does not expose a queue's unacked count, so ``depth`` reports
+``unacked`` as None (unknown).
 """
 
 from __future__ import annotations
