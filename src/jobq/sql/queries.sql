@@ -89,6 +89,108 @@ UPDATE {jobs} AS j
  WHERE j.id = expired.id
 RETURNING j.id, j.status;
 
+-- Transaction mode (transports/pg_transaction.py): each worker runs its job inside the
+-- transaction that locked the job's row; the job's own writes commit with its status.
+-- Per job: txn_begin, txn_claim, the handler, COMMIT (or ROLLBACK, then txn_fail), and a
+-- share of one txn_attempt on another connection.
+
+-- name: txn_begin
+-- READ COMMITTED whatever the server default: statements later in the job's transaction
+-- (txn_bury) must see the attempt that txn_attempt committed after it began.
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: txn_claim
+-- CTE "next": the next eligible job past this sweep's cursor, locked until the job's
+-- transaction ends. The cursor (id > %(cursor)s) moves past every job handed out, so a job
+-- that fails and is due again at once is not picked twice in one sweep, and a sweep ends;
+-- %(last)s bounds a --once sweep to the jobs that existed when it began. SKIP LOCKED: jobs
+-- other workers and instances are running are passed over, not waited for. FOR NO KEY
+-- UPDATE is the lock the UPDATE takes anyway, and it does not block foreign keys to the job.
+-- The UPDATE marks it done already: only this transaction sees that until it commits, and
+-- it commits only if the handler succeeds (else it rolls back and txn_fail writes the
+-- failure), so success costs a bare COMMIT and no further statement. The attempt counted
+-- here assumes no unsettled earlier start; txn_recount corrects it when there was one.
+-- RETURNING gives the attempts settled before this one (next.attempts).
+WITH next AS (
+    SELECT id, attempts
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending' AND id > %(cursor)s AND id <= %(last)s
+       AND run_at <= now()
+     ORDER BY id
+     LIMIT 1
+       FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+   SET status = 'done', finished_at = now(), attempts = next.attempts + 1
+  FROM next
+ WHERE j.id = next.id
+RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at;
+
+-- name: txn_attempt
+-- Count started attempts outside the jobs' transactions (on a connection of its own, one
+-- statement for every job claimed meanwhile): if the process dies mid-job its transaction
+-- rolls back, but this count stays. Returns the starts not yet folded into jobs.attempts.
+-- It also forgets the jobs that committed since the last batch (their count is in their row
+-- now): a delete here, batched, is cheaper than one in every job's transaction. Ids travel
+-- as one array literal in text: cheaper to send than a list adapted element by element.
+WITH forgotten AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[])
+)
+INSERT INTO {attempts} AS a (job_id, started)
+SELECT id, 1 FROM unnest(%(ids)s::bigint[]) AS t(id)
+    ON CONFLICT (job_id) DO UPDATE SET started = a.started + 1
+RETURNING a.job_id, a.started;
+
+-- name: txn_forget
+-- At close: forget the jobs that committed since the last txn_attempt.
+DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[]);
+
+-- name: txn_recount
+-- In the job's transaction, when the attempt log shows earlier starts that never settled
+-- (their consumer died): count them too.
+UPDATE {jobs} SET attempts = %(attempts)s WHERE id = %(id)s;
+
+-- name: txn_unstart
+-- A job handed back unstarted (graceful shutdown), after ROLLBACK: its start does not count.
+UPDATE {attempts} SET started = started - 1 WHERE job_id = %(id)s;
+
+-- name: txn_fail
+-- After ROLLBACK (the handler's writes are gone), in a statement of its own: retry at
+-- run_at, or dead. The rollback freed the row, so re-lock it, and only if nobody settled or
+-- took it meanwhile (attempts unchanged, not locked): if another instance runs it now, its
+-- settle folds this attempt in from the attempt log, and only this error text is lost.
+WITH target AS (
+    SELECT id FROM {jobs}
+     WHERE id = %(id)s AND status = 'pending' AND attempts = %(settled)s
+       FOR NO KEY UPDATE SKIP LOCKED
+), started AS (
+    DELETE FROM {attempts} AS a USING target WHERE a.job_id = target.id RETURNING a.started
+)
+UPDATE {jobs} AS j
+   SET status = %(status)s::text,
+       attempts = j.attempts + coalesce((SELECT started FROM started), 1),
+       run_at = now() + make_interval(secs => %(delay)s),
+       last_error = %(reason)s,
+       finished_at = CASE WHEN %(status)s::text = 'dead' THEN now() END
+  FROM target
+ WHERE j.id = target.id;
+
+-- name: txn_bury
+-- In the transaction of a claim that found every attempt already used by consumers that
+-- died mid-job (their transactions rolled back; only the attempt log saw them): dead, unrun.
+WITH started AS (
+    DELETE FROM {attempts} WHERE job_id = %(id)s
+)
+UPDATE {jobs}
+   SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int,
+       last_error = 'the consumer died or lost its connection during each of its '
+                    || %(attempts)s::int || ' attempts (transaction mode)'
+ WHERE id = %(id)s;
+
+-- name: txn_sweep_end
+-- The last job id now: a --once sweep does not chase jobs enqueued after it began.
+SELECT coalesce(max(id), 0) FROM {jobs};
+
 -- name: enqueue
 -- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the
 -- statement-level trigger, one NOTIFY however many rows.
@@ -134,20 +236,31 @@ SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload
 
 -- name: dead_requeue
 -- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
-UPDATE {jobs}
-   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
-       last_error = NULL
- WHERE queue = %(queue)s AND status = 'dead'
-   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-RETURNING id;
+-- Any transaction-mode attempt log entry goes too, so the reset holds in both claim modes.
+WITH requeued AS (
+    UPDATE {jobs}
+       SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
+           last_error = NULL
+     WHERE queue = %(queue)s AND status = 'dead'
+       AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+       AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+    RETURNING id
+), forgotten AS (
+    DELETE FROM {attempts} AS a USING requeued WHERE a.job_id = requeued.id
+)
+SELECT id FROM requeued ORDER BY id;
 
 -- name: dead_purge
-DELETE FROM {jobs}
- WHERE queue = %(queue)s AND status = 'dead'
-   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-RETURNING id;
+WITH purged AS (
+    DELETE FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'dead'
+       AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+       AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+    RETURNING id
+), forgotten AS (
+    DELETE FROM {attempts} AS a USING purged WHERE a.job_id = purged.id
+)
+SELECT id FROM purged ORDER BY id;
 
 -- name: dead_existing
 -- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).

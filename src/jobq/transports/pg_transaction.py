@@ -1,0 +1,306 @@
+"""PostgreSQL transport, transaction mode: the classic SKIP LOCKED sweep, effects exactly once.
+
+Each job runs inside the transaction that locked its row. A claim takes a connection, begins
+a transaction, and locks the next eligible job past the sweep's cursor, marking it done in
+that still uncommitted transaction; the delivery carries the connection as ``job.context``.
+Success is a COMMIT: the job's ``done`` and whatever the handler wrote through
+``job.context`` become visible together. A failure rolls both back and records the error and
+the next ``run_at`` in a statement of its own. A crash rolls everything back and frees the
+row, while the attempt log (pg_attempts) has already counted the attempt.
+
+Per job: BEGIN, the claim, a share of one attempt-log statement on another connection, the
+handler, COMMIT; a round trip fewer than the hand-written SELECT ... FOR UPDATE, UPDATE loop.
+Claims run as concurrent tasks, one per free worker, so no worker waits for another's claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from jobq.config import ConnectConfig, PostgresConfig
+from jobq.errors import TransportError
+from jobq.job import Delivery
+from jobq.sql import Queries
+from jobq.transports.pg_attempts import AttemptLog
+from jobq.transports.pg_connect import translated
+from jobq.transports.pg_decode import row_to_delivery
+from jobq.transports.pg_listen import listen
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+Pool = AsyncConnectionPool[Conn]
+Row = tuple[Any, ...]
+NO_END = 2**63 - 1  # the largest bigint: a continuous sweep has no last id
+OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+STATEMENTS = ("txn_begin", "txn_claim", "txn_recount", "txn_fail", "txn_bury", "txn_unstart",
+              "txn_sweep_end")
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Claim:
+    """A delivery's handle: the connection whose open transaction holds the job's row lock."""
+
+    conn: Conn
+    job_id: int
+    settled: int  # jobs.attempts when claimed: the attempts already folded into the row
+
+
+class PgTransactionTransport:
+    """Transaction-mode consumer of one queue: one connection and transaction per running job."""
+
+    name = "postgres"
+    drain_timeout = 0.0  # a claim that finds nothing is the truth: no need to wait
+
+    def __init__(self, pool: Pool, settings: PostgresConfig, connect: ConnectConfig, *, queue: str,
+                 concurrency: int, once: bool = False, logger: logging.Logger | None = None) -> None:
+        self._pool = pool
+        self._cfg = settings
+        self._connect = connect
+        self._queue = queue
+        self._concurrency = concurrency
+        self._once = once
+        queries = Queries(settings.schema)
+        self._channel = queries.channel
+        self._sql = {name: queries[name].as_bytes(None) for name in STATEMENTS}
+        self._log = logger or logging.getLogger("jobq.postgres")
+        self._attempts = AttemptLog(pool, queries)
+        self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
+        self._claiming: set[asyncio.Task[Delivery | None]] = set()
+        self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
+        self._delivered = 0  # handed out and not yet settled
+        self._error: BaseException | None = None  # a failed claim, raised when nothing else is left
+        self._dry = False  # the last claim found nothing: wait for news before claiming again
+        self._slots = concurrency
+        self._cursor = 0
+        self._last = NO_END
+        self._sweep_started = 0.0
+        self._wake = asyncio.Event()
+        self._settled = asyncio.Event()  # a claim task finished
+        self._tasks: list[asyncio.Task[None]] = []
+        self.buried = 0
+
+    async def open(self) -> None:
+        """Check and open the connections the workers will hold; fix a --once sweep's end."""
+        size = self._pool.max_size
+        need = self._concurrency + 1  # one per running job, one for the attempt log
+        self._slots = max(1, min(self._concurrency, size - 1))
+        if size < need:
+            self._log.warning(
+                "postgres.pool_size %d is too small for transaction mode with concurrency %d: "
+                "each running job holds a connection and the attempt log one more, so at most "
+                "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
+                size, self._concurrency, self._slots, need)
+        with translated("postgres connect"):
+            # Open them all now: a server short of connections fails here, not mid-sweep.
+            await self._pool.resize(min_size=size, max_size=size)
+            await self._pool.wait(timeout=self._connect.timeout * self._connect.attempts)
+            if self._once:
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(self._sql["txn_sweep_end"])
+                    self._last = int((await cur.fetchall())[0][0])
+        if not self._once and self._cfg.notify:
+            self._tasks.append(asyncio.create_task(listen(
+                self._cfg.dsn, self._connect, self._channel, self._queue, self._wake, self._log),
+                name="jobq-pg-listen"))
+        self._sweep_started = asyncio.get_running_loop().time()
+        self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
+                       "(pool of %d connections)", self._slots, size)
+
+    async def close(self) -> None:
+        """Stop claiming and listening; roll back whatever is still held, free the connections."""
+        for task in (*self._tasks, *self._claiming):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._claiming, return_exceptions=True)
+        self._tasks.clear()
+        for delivery in self._ready:  # claimed but never handed out: the attempt does not count
+            with contextlib.suppress(TransportError):
+                await self._unstart(delivery.handle)
+        self._ready.clear()
+        for conn in list(self._held):  # a forced stop left jobs running: roll them back
+            await self._give_back(conn)
+        await self._attempts.close()
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        """Claim up to ``max_count`` jobs, one transaction each; if none, wait for a NOTIFY or poll."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if not self._once and loop.time() - self._sweep_started > self._cfg.poll_interval:
+                self._new_sweep(loop.time())  # so due retries behind the cursor are not starved
+            self._start_claims(max_count)
+            if self._ready:
+                handed, self._ready = self._ready[:max_count], self._ready[max_count:]
+                self._delivered += len(handed)
+                return handed
+            if self._claiming:  # never report "nothing" while a claim may still find a job
+                self._settled.clear()
+                await self._settled.wait()
+                continue
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if not self._once and self._cursor > 0:
+                self._new_sweep(loop.time())  # this sweep ran dry: start over once, now
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+            self._dry = False
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Mark the job done and commit: the handler's writes commit with it."""
+        claim: Claim = delivery.handle
+        async with self._settling(claim, "ack"):
+            if claim.conn.info.transaction_status != TransactionStatus.INTRANS:
+                raise TransportError(
+                    f"postgres ack: job {claim.job_id}'s transaction was aborted by a failed "
+                    "statement or ended by the handler, so its writes cannot commit; it runs again "
+                    "in a later sweep (a handler must re-raise database errors, and must not "
+                    "commit or roll back job.context)")
+            await claim.conn.commit()  # txn_claim marked it done already
+            self._attempts.acked(claim.job_id)
+
+    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+        """Roll the handler's writes back; back to pending, due ``delay`` seconds from now."""
+        await self._fail(delivery.handle, "pending", delay, reason)
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Roll the handler's writes back; status dead, ``last_error`` = reason."""
+        await self._fail(delivery.handle, "dead", 0.0, reason)
+
+    async def release(self, delivery: Delivery) -> None:
+        """Roll back, unlocking the job for others at once; its attempt does not count."""
+        async with self._settling(delivery.handle, "release"):
+            await self._unstart(delivery.handle)
+
+    async def _fail(self, claim: Claim, status: str, delay: float, reason: str) -> None:
+        # The rollback ends the job's transaction (and its row lock) before the failure is
+        # written; txn_fail re-locks the row and skips it if another instance took it meanwhile.
+        async with self._settling(claim, "retry" if status == "pending" else "dead"):
+            await claim.conn.rollback()
+            await claim.conn.execute(self._sql["txn_fail"], {
+                "id": claim.job_id, "settled": claim.settled, "status": status, "delay": delay,
+                "reason": reason})
+
+    async def _unstart(self, claim: Claim) -> None:
+        with translated("postgres release"):
+            await claim.conn.rollback()
+            await claim.conn.execute(self._sql["txn_unstart"], {"id": claim.job_id})
+        await self._give_back(claim.conn)
+
+    @contextlib.asynccontextmanager
+    async def _settling(self, claim: Claim, what: str) -> AsyncIterator[None]:
+        """Driver errors translated; the connection given back and the worker's slot freed after."""
+        try:
+            with translated(f"postgres {what}"):
+                yield
+        finally:
+            self._delivered -= 1
+            await self._give_back(claim.conn)
+
+    def _new_sweep(self, now: float) -> None:
+        self._cursor = 0
+        self._sweep_started = now
+        self._dry = False
+
+    def _start_claims(self, max_count: int) -> None:
+        """One claim task per free worker not already being claimed for."""
+        if self._dry or self._error is not None:
+            return
+        room = min(max_count, self._slots - self._delivered) - len(self._claiming) - len(self._ready)
+        if room <= 0:
+            return
+        self._wake.clear()  # news from now on is news to the claims started here
+        for _ in range(room):
+            task = asyncio.create_task(self._claim_one())
+            self._claiming.add(task)
+            task.add_done_callback(self._claimed)
+
+    def _claimed(self, task: asyncio.Task[Delivery | None]) -> None:
+        self._claiming.discard(task)
+        self._settled.set()
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._log.warning("claim failed: %s", error)
+            self._error = error
+        elif (delivery := task.result()) is not None:
+            self._ready.append(delivery)
+
+    async def _claim_one(self) -> Delivery | None:
+        """Lock the next job past the cursor in a new transaction and count its attempt."""
+        with translated("postgres claim"):
+            conn = await self._pool.getconn()
+        self._held.add(conn)
+        try:
+            with translated("postgres claim"):
+                await conn.execute(self._sql["txn_begin"])
+                cur = await conn.execute(self._sql["txn_claim"], {
+                    "queue": self._queue, "cursor": self._cursor, "last": self._last})
+                row = await cur.fetchone()
+            if row is None:
+                self._dry = True
+                # Nothing was locked: COMMIT ends it as well as ROLLBACK, and unlike a ROLLBACK
+                # it keeps psycopg's prepared statements on this connection.
+                with contextlib.suppress(psycopg.Error):
+                    await conn.commit()
+                await self._give_back(conn)
+                return None
+            self._cursor = max(self._cursor, int(row[0]))
+            started = await self._attempts.started(int(row[0]))
+            return await self._deliver(conn, row, started)
+        except BaseException:
+            await self._give_back(conn)
+            raise
+
+    async def _deliver(self, conn: Conn, row: Row, started: int) -> Delivery | None:
+        """The delivery of a locked job, or None if its attempts were all used up by crashes."""
+        job_id, settled, max_attempts = int(row[0]), int(row[4]), int(row[5])
+        attempt = settled + started
+        if attempt > max_attempts:
+            await self._bury(conn, job_id, attempt - 1)
+            return None
+        if started > 1:  # earlier starts never settled: their consumer died mid-job
+            with translated("postgres claim"):
+                await conn.execute(self._sql["txn_recount"], {"id": job_id, "attempts": attempt})
+        delivery = row_to_delivery(row, self._queue)
+        delivery.job = dataclasses.replace(delivery.job, attempt=attempt, context=conn)
+        delivery.handle = Claim(conn, job_id, settled)
+        return delivery
+
+    async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:
+        """Dead, unrun: every attempt was started by a consumer that died before settling it."""
+        try:
+            with translated("postgres bury"):
+                await conn.execute(self._sql["txn_bury"], {"id": job_id, "attempts": attempts})
+                await conn.commit()
+        except TransportError as exc:  # rolled back: a later sweep buries it
+            self._log.warning("could not dead-letter job %d: %s", job_id, exc)
+        else:
+            self.buried += 1
+            self._log.warning("job %d dead: the consumer died or lost its connection during each "
+                              "of its %d attempts", job_id, attempts)
+        await self._give_back(conn)
+
+    async def _give_back(self, conn: Conn) -> None:
+        """Back to the pool, its transaction ended first (at most once per claim)."""
+        if conn not in self._held:
+            return
+        self._held.discard(conn)
+        self._wake.set()  # a receive waiting for a free connection may go on
+        if conn.info.transaction_status in OPEN:
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()
+        with contextlib.suppress(psycopg.Error):
+            await self._pool.putconn(conn)
