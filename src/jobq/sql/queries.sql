@@ -91,8 +91,9 @@ RETURNING j.id, j.status;
 
 -- Transaction mode (transports/pg_transaction.py): each worker runs its job inside the
 -- transaction that locked the job's row; the job's own writes commit with its status.
--- Per job: txn_begin, txn_claim, the handler, COMMIT (or ROLLBACK, then txn_fail), and a
--- share of one txn_attempt on another connection.
+-- Per job: txn_begin, txn_claim and txn_savepoint (one round trip, see pg_claim.py), a share
+-- of one txn_attempt on another connection, the handler, then COMMIT (or txn_undo, txn_fail,
+-- COMMIT).
 
 -- name: txn_begin
 -- READ COMMITTED whatever the server default: statements later in the job's transaction
@@ -107,8 +108,8 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- other workers and instances are running are passed over, not waited for. FOR NO KEY
 -- UPDATE is the lock the UPDATE takes anyway, and it does not block foreign keys to the job.
 -- The UPDATE marks it done already: only this transaction sees that until it commits, and
--- it commits only if the handler succeeds (else it rolls back and txn_fail writes the
--- failure), so success costs a bare COMMIT and no further statement. The attempt counted
+-- it commits that way only if the handler succeeds (else txn_fail overwrites it), so success
+-- costs a bare COMMIT and no further statement. The attempt counted
 -- here assumes no unsettled earlier start; txn_recount corrects it when there was one.
 -- RETURNING gives the attempts settled before this one (next.attempts).
 WITH next AS (
@@ -154,26 +155,31 @@ UPDATE {jobs} SET attempts = %(attempts)s WHERE id = %(id)s;
 -- A job handed back unstarted (graceful shutdown), after ROLLBACK: its start does not count.
 UPDATE {attempts} SET started = started - 1 WHERE job_id = %(id)s;
 
+-- name: txn_savepoint
+-- Sent with the claim: what the handler writes comes after it, so a failure can undo just
+-- that (txn_undo) and record itself while the job's row stays locked.
+SAVEPOINT jobq_job;
+
+-- name: txn_undo
+ROLLBACK TO SAVEPOINT jobq_job;
+
 -- name: txn_fail
--- After ROLLBACK (the handler's writes are gone), in a statement of its own: retry at
--- run_at, or dead. The rollback freed the row, so re-lock it, and only if nobody settled or
--- took it meanwhile (attempts unchanged, not locked): if another instance runs it now, its
--- settle folds this attempt in from the attempt log, and only this error text is lost.
-WITH target AS (
-    SELECT id FROM {jobs}
-     WHERE id = %(id)s AND status = 'pending' AND attempts = %(settled)s
-       FOR NO KEY UPDATE SKIP LOCKED
-), started AS (
-    DELETE FROM {attempts} AS a USING target WHERE a.job_id = target.id RETURNING a.started
+-- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead, with
+-- every start counted. The row never left this transaction's lock, so no other claim could
+-- take the job between the failure and this record of it.
+WITH forgotten AS (
+    DELETE FROM {attempts} WHERE job_id = %(id)s
 )
-UPDATE {jobs} AS j
+UPDATE {jobs}
    SET status = %(status)s::text,
-       attempts = j.attempts + coalesce((SELECT started FROM started), 1),
+       attempts = %(attempts)s,
        run_at = now() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
        finished_at = CASE WHEN %(status)s::text = 'dead' THEN now() END
-  FROM target
- WHERE j.id = target.id;
+ WHERE id = %(id)s;
+
+-- name: txn_commit
+COMMIT;
 
 -- name: txn_bury
 -- In the transaction of a claim that found every attempt already used by consumers that

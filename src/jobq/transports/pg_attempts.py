@@ -96,6 +96,8 @@ class AttemptLog:
         with translated("postgres attempt log"):
             if self._conn is None:
                 self._conn = await self._pool.getconn()
+                # It may have served claims, which switch psycopg's preparing off (pg_claim).
+                self._conn.prepare_threshold = 5
             try:
                 cur = await self._conn.execute(statement, params)
                 return await cur.fetchall() if cur.description else []

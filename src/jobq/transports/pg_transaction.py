@@ -31,6 +31,7 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_attempts import AttemptLog
+from jobq.transports.pg_claim import ClaimStatement, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
@@ -40,8 +41,7 @@ Pool = AsyncConnectionPool[Conn]
 Row = tuple[Any, ...]
 NO_END = 2**63 - 1  # the largest bigint: a continuous sweep has no last id
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-STATEMENTS = ("txn_begin", "txn_claim", "txn_recount", "txn_fail", "txn_bury", "txn_unstart",
-              "txn_sweep_end")
+STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_end")
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -50,7 +50,7 @@ class Claim:
 
     conn: Conn
     job_id: int
-    settled: int  # jobs.attempts when claimed: the attempts already folded into the row
+    attempt: int  # this attempt's number: the settled ones plus the starts counted since
 
 
 class PgTransactionTransport:
@@ -70,20 +70,22 @@ class PgTransactionTransport:
         queries = Queries(settings.schema)
         self._channel = queries.channel
         self._sql = {name: queries[name].as_bytes(None) for name in STATEMENTS}
+        self._fail_sql = b"; ".join(queries[name].as_bytes(None)
+                                    for name in ("txn_undo", "txn_fail", "txn_commit"))
         self._log = logger or logging.getLogger("jobq.postgres")
         self._attempts = AttemptLog(pool, queries)
+        self._claim = ClaimStatement(queries, self._log)
         self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
         self._claiming: set[asyncio.Task[Delivery | None]] = set()
         self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
         self._delivered = 0  # handed out and not yet settled
         self._error: BaseException | None = None  # a failed claim, raised when nothing else is left
         self._dry = False  # the last claim found nothing: wait for news before claiming again
+        self._probe = False  # after finding nothing, claim one at a time until one finds a job
         self._slots = concurrency
-        self._cursor = 0
-        self._last = NO_END
-        self._sweep_started = 0.0
+        self._sweep = Sweep(NO_END, 0.0)
         self._wake = asyncio.Event()
-        self._settled = asyncio.Event()  # a claim task finished
+        self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
         self.buried = 0
 
@@ -102,23 +104,27 @@ class PgTransactionTransport:
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)
             await self._pool.wait(timeout=self._connect.timeout * self._connect.attempts)
+            last = NO_END
             if self._once:
                 async with self._pool.connection() as conn:
                     cur = await conn.execute(self._sql["txn_sweep_end"])
-                    self._last = int((await cur.fetchall())[0][0])
+                    last = int((await cur.fetchall())[0][0])
         if not self._once and self._cfg.notify:
             self._tasks.append(asyncio.create_task(listen(
                 self._cfg.dsn, self._connect, self._channel, self._queue, self._wake, self._log),
                 name="jobq-pg-listen"))
-        self._sweep_started = asyncio.get_running_loop().time()
+        self._sweep = Sweep(last, asyncio.get_running_loop().time())
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
 
     async def close(self) -> None:
         """Stop claiming and listening; roll back whatever is still held, free the connections."""
-        for task in (*self._tasks, *self._claiming):
+        if self._claiming:  # let them finish (a round trip) so what they locked is handed back
+            await asyncio.wait(self._claiming, timeout=self._connect.timeout)
+        pending: list[asyncio.Task[Any]] = [*self._tasks, *self._claiming]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._claiming, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
         for delivery in self._ready:  # claimed but never handed out: the attempt does not count
             with contextlib.suppress(TransportError):
@@ -133,24 +139,25 @@ class PgTransactionTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            if not self._once and loop.time() - self._sweep_started > self._cfg.poll_interval:
-                self._new_sweep(loop.time())  # so due retries behind the cursor are not starved
+            now = loop.time()
+            if not self._once and now - self._sweep.started_at > self._cfg.poll_interval:
+                self._new_sweep(now)  # so due retries behind the cursor are not starved
             self._start_claims(max_count)
             if self._ready:
                 handed, self._ready = self._ready[:max_count], self._ready[max_count:]
                 self._delivered += len(handed)
                 return handed
             if self._claiming:  # never report "nothing" while a claim may still find a job
-                self._settled.clear()
-                await self._settled.wait()
+                self._claim_done.clear()
+                await self._claim_done.wait()
                 continue
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if not self._once and self._cursor > 0:
-                self._new_sweep(loop.time())  # this sweep ran dry: start over once, now
+            if self._dry and not self._once and self._sweep.cursor > 0:
+                self._new_sweep(now)  # this sweep ran dry: start over once, now
                 continue
-            remaining = deadline - loop.time()
+            remaining = deadline - now
             if remaining <= 0:
                 return []
             with contextlib.suppress(TimeoutError):
@@ -184,13 +191,12 @@ class PgTransactionTransport:
             await self._unstart(delivery.handle)
 
     async def _fail(self, claim: Claim, status: str, delay: float, reason: str) -> None:
-        # The rollback ends the job's transaction (and its row lock) before the failure is
-        # written; txn_fail re-locks the row and skips it if another instance took it meanwhile.
+        # Back to the savepoint taken with the claim: the handler's writes are undone, the
+        # row stays locked while the failure is written, and all of it is one round trip.
         async with self._settling(claim, "retry" if status == "pending" else "dead"):
-            await claim.conn.rollback()
-            await claim.conn.execute(self._sql["txn_fail"], {
-                "id": claim.job_id, "settled": claim.settled, "status": status, "delay": delay,
-                "reason": reason})
+            await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, {
+                "id": claim.job_id, "attempts": claim.attempt, "status": status,
+                "delay": delay, "reason": reason})
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
@@ -209,8 +215,7 @@ class PgTransactionTransport:
             await self._give_back(claim.conn)
 
     def _new_sweep(self, now: float) -> None:
-        self._cursor = 0
-        self._sweep_started = now
+        self._sweep.restart(now)
         self._dry = False
 
     def _start_claims(self, max_count: int) -> None:
@@ -218,6 +223,8 @@ class PgTransactionTransport:
         if self._dry or self._error is not None:
             return
         room = min(max_count, self._slots - self._delivered) - len(self._claiming) - len(self._ready)
+        if self._probe:  # an idle queue costs one claim per wake-up, not one per free worker
+            room = min(room, 1 - len(self._claiming))
         if room <= 0:
             return
         self._wake.clear()  # news from now on is news to the claims started here
@@ -228,15 +235,16 @@ class PgTransactionTransport:
 
     def _claimed(self, task: asyncio.Task[Delivery | None]) -> None:
         self._claiming.discard(task)
-        self._settled.set()
+        self._claim_done.set()
         if task.cancelled():
             return
         error = task.exception()
         if error is not None:
-            self._log.warning("claim failed: %s", error)
-            self._error = error
+            self._log.debug("claim failed: %s", error)
+            self._error = self._error or error  # the pool logs it and backs off
         elif (delivery := task.result()) is not None:
             self._ready.append(delivery)
+            self._probe = False
 
     async def _claim_one(self) -> Delivery | None:
         """Lock the next job past the cursor in a new transaction and count its attempt."""
@@ -244,25 +252,30 @@ class PgTransactionTransport:
             conn = await self._pool.getconn()
         self._held.add(conn)
         try:
-            with translated("postgres claim"):
-                await conn.execute(self._sql["txn_begin"])
-                cur = await conn.execute(self._sql["txn_claim"], {
-                    "queue": self._queue, "cursor": self._cursor, "last": self._last})
-                row = await cur.fetchone()
+            row = await self._lock_next(conn)
             if row is None:
-                self._dry = True
-                # Nothing was locked: COMMIT ends it as well as ROLLBACK, and unlike a ROLLBACK
-                # it keeps psycopg's prepared statements on this connection.
-                with contextlib.suppress(psycopg.Error):
-                    await conn.commit()
+                self._dry = self._probe = True
                 await self._give_back(conn)
                 return None
-            self._cursor = max(self._cursor, int(row[0]))
             started = await self._attempts.started(int(row[0]))
             return await self._deliver(conn, row, started)
         except BaseException:
             await self._give_back(conn)
             raise
+
+    async def _lock_next(self, conn: Conn) -> Row | None:
+        """Lock the next job this sweep has not handed out yet."""
+        with translated("postgres claim"):
+            while True:
+                start, row = self._sweep.begin(), None
+                try:
+                    row = await self._claim.claim(conn, {
+                        "queue": self._queue, "cursor": start, "last": self._sweep.last})
+                finally:
+                    fresh = self._sweep.end(start, None if row is None else int(row[0]))
+                if fresh or row is None:
+                    return row
+                await conn.rollback()  # handed out already: claim again, past the cursor now
 
     async def _deliver(self, conn: Conn, row: Row, started: int) -> Delivery | None:
         """The delivery of a locked job, or None if its attempts were all used up by crashes."""
@@ -276,7 +289,7 @@ class PgTransactionTransport:
                 await conn.execute(self._sql["txn_recount"], {"id": job_id, "attempts": attempt})
         delivery = row_to_delivery(row, self._queue)
         delivery.job = dataclasses.replace(delivery.job, attempt=attempt, context=conn)
-        delivery.handle = Claim(conn, job_id, settled)
+        delivery.handle = Claim(conn, job_id, attempt)
         return delivery
 
     async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:
