@@ -169,3 +169,20 @@ def test_too_small_a_pool_warns_at_start_and_still_drains(
     assert "postgres.pool_size 3 is too small for transaction mode with concurrency 4" in result.stderr
     assert "at most 2 jobs will run at once; set pool_size to 5 or more" in result.stderr
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 50}
+
+
+def test_a_running_consumer_wakes_for_new_jobs_and_stops_cleanly_on_sigterm(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    proc = start_cli("consumer", *pg_args(queue_name), *TXN, "-p", RECORD, "-a", f"directory={tmp_path}",
+                     "-n", "4", env=schema_env(schema, JOBQ_POSTGRES__POLL_INTERVAL="3"))
+    try:
+        time.sleep(1.0)  # idle and listening; a 3 s poll would miss the deadline below
+        produce(schema, queue_name, 20)
+        assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"done": 20}, 2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert sorted(completions(tmp_path)) == sorted(
+        str(i) for (i,) in fetch(pg_dsn, sql.SQL("SELECT id FROM {}").format(table(schema))))
+    assert "stopped: ok=20" in err
