@@ -71,3 +71,8 @@ def effect(table: str, fail_kind: str = "", sleep_ms: float = 0.0) -> Any:
             raise ValueError(f"kind {job.kind} fails after writing its effect")
 
     return handle
+
+
+async def deallocate(job: Job) -> None:
+    """Drop every prepared statement of the job's connection, as a pooler's reset would."""
+    await job.context.execute("DEALLOCATE ALL")

@@ -186,3 +186,13 @@ def test_a_running_consumer_wakes_for_new_jobs_and_stops_cleanly_on_sigterm(
     assert sorted(completions(tmp_path)) == sorted(
         str(i) for (i,) in fetch(pg_dsn, sql.SQL("SELECT id FROM {}").format(table(schema))))
     assert "stopped: ok=20" in err
+
+
+def test_the_claim_survives_its_prepared_statement_going_missing(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 30)
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "1",
+                     "-p", "tests.processors:deallocate", env=schema_env(schema))
+    assert result.returncode == 0, result.stderr
+    assert "claiming in two round trips from now on" in result.stderr  # it fell back, once
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 30}
