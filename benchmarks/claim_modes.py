@@ -1,9 +1,10 @@
 """Lease mode, transaction mode and the hand-written one-at-a-time loop, side by side.
 
-Each round enqueues ``--count`` no-op jobs on a fresh queue and drains them with one process
-per mode (the real ``consumer --once``, or ``benchmarks.raw_txn``), all at ``--concurrency``,
-in a rotating order so no mode always runs first. Rates are each process's own, from its
-first claim to its last settle; the table gives the median, min and max over the rounds.
+Each round enqueues ``--count`` jobs (no-ops, or ``--sleep-ms`` each) on a fresh queue and
+drains them with one process per mode (the real ``consumer --once``, or
+``benchmarks.raw_txn``), all at ``--concurrency``, in a rotating order so that no mode always
+runs first. Rates are each process's own, from its first claim to its last settle; the table
+gives the median, min and max over the rounds.
 
     python -m benchmarks.claim_modes --count 5000 --concurrency 16 --repeat 5
 """
@@ -44,12 +45,13 @@ def drain(mode: str, queue: str, args: argparse.Namespace, env: dict[str, str], 
     run([str(BIN / "producer"), *common, "--count", str(args.count)], env)
     if mode == "raw":
         out = run([sys.executable, "-m", "benchmarks.raw_txn", "--dsn", dsn, "--schema",
-                   env["JOBQ_POSTGRES__SCHEMA"], "--queue", queue,
-                   "--workers", str(args.concurrency)], env)
+                   env["JOBQ_POSTGRES__SCHEMA"], "--queue", queue, "--workers", str(args.concurrency),
+                   "--sleep-ms", str(args.sleep_ms)], env)
         stats = json.loads(out)
     else:
         with tempfile.NamedTemporaryFile(suffix=".json") as out_file:
-            run([str(BIN / "consumer"), *common, "--claim", mode, "--once", "-p", "noop",
+            processor = ["-p", "sleep", "-a", f"ms={args.sleep_ms}"] if args.sleep_ms else ["-p", "noop"]
+            run([str(BIN / "consumer"), *common, "--claim", mode, "--once", *processor,
                  "-n", str(args.concurrency), "--stats-json", out_file.name], env)
             stats = json.loads(Path(out_file.name).read_text())
     if stats["ok"] != args.count:
@@ -63,6 +65,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=5000)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="job time (0: no-op jobs)")
     p.add_argument("--out", help="write the per-round figures here as JSON")
     args = p.parse_args()
     schema = f"bench_modes_{uuid.uuid4().hex[:8]}"
@@ -81,7 +84,8 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     median = {mode: statistics.median(values) for mode, values in rates.items()}
-    print(f"{args.count:,} no-op jobs, concurrency {args.concurrency}, one process per mode, "
+    work = f"{args.sleep_ms:g} ms jobs" if args.sleep_ms else "no-op jobs"
+    print(f"{args.count:,} {work}, concurrency {args.concurrency}, one process per mode, "
           f"{args.repeat} rounds\n")
     print("| mode | median jobs/s | min | max |\n| --- | ---: | ---: | ---: |")
     for mode in MODES:

@@ -26,8 +26,8 @@ DONE = "UPDATE {jobs} SET status = 'done', finished_at = now() WHERE id = %(id)s
 
 
 async def worker(conn: psycopg.AsyncConnection[tuple[object, ...]], claim: sql.Composed,
-                 done: sql.Composed, queue: str) -> int:
-    """Run jobs until a claim finds none; return how many."""
+                 done: sql.Composed, queue: str, pause: float = 0.0) -> int:
+    """Run jobs (each sleeping ``pause`` s, its row locked) until a claim finds none; return how many."""
     count = 0
     while True:
         async with conn.transaction():
@@ -35,6 +35,8 @@ async def worker(conn: psycopg.AsyncConnection[tuple[object, ...]], claim: sql.C
             row = await cur.fetchone()
             if row is None:
                 return count
+            if pause:
+                await asyncio.sleep(pause)
             await conn.execute(done, {"id": row[0]})
         count += 1
 
@@ -45,7 +47,8 @@ async def drain(args: argparse.Namespace) -> dict[str, float]:
     claim, done = sql.SQL(CLAIM).format(jobs=jobs), sql.SQL(DONE).format(jobs=jobs)
     conns = [await psycopg.AsyncConnection.connect(args.dsn) for _ in range(args.workers)]
     started = time.monotonic()  # like the consumer's own rate: from the first claim
-    counts = await asyncio.gather(*(worker(conn, claim, done, args.queue) for conn in conns))
+    pause = args.sleep_ms / 1000.0
+    counts = await asyncio.gather(*(worker(conn, claim, done, args.queue, pause) for conn in conns))
     seconds = time.monotonic() - started
     for conn in conns:
         await conn.close()
@@ -60,6 +63,7 @@ def main() -> None:
     p.add_argument("--schema", required=True)
     p.add_argument("--queue", required=True)
     p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
     print(json.dumps(asyncio.run(drain(p.parse_args()))))
 
 

@@ -1,4 +1,4 @@
-"""The transaction-mode claim in one round trip: BEGIN and a prepared claim, sent together.
+"""Transaction-mode claims: one round trip to begin and lock a job, and the sweep they walk.
 
 A hand-written loop spends two round trips before the job runs: BEGIN, then the locking
 SELECT. Here BEGIN, ``EXECUTE`` of the claim (``txn_claim``, prepared once per session under
@@ -16,11 +16,14 @@ Two things could take the prepared statement away, and both are handled:
 
 The statement's name is a digest of its text, which names the schema: two consumers, of
 different schemas or versions, that meet on one server connection cannot run each other's.
+
+``Sweep`` keeps the cursor the claims move past, and ``Claim`` is a delivery's handle.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import weakref
@@ -36,6 +39,15 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]
 PARAMS = ((b"%(queue)s", b"$1"), (b"%(cursor)s", b"$2"), (b"%(last)s", b"$3"))
 MISSES = 3  # statements found missing before the claim stops relying on them
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Claim:
+    """A delivery's handle: the connection whose open transaction holds the job's row lock."""
+
+    conn: Conn
+    job_id: int
+    attempt: int  # this attempt's number: the settled ones plus the starts counted since
 
 
 class ClaimStatement:

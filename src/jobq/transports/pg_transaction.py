@@ -1,16 +1,12 @@
 """PostgreSQL transport, transaction mode: the classic SKIP LOCKED sweep, effects exactly once.
 
-Each job runs inside the transaction that locked its row. A claim takes a connection, begins
-a transaction, and locks the next eligible job past the sweep's cursor, marking it done in
-that still uncommitted transaction; the delivery carries the connection as ``job.context``.
-Success is a COMMIT: the job's ``done`` and whatever the handler wrote through
-``job.context`` become visible together. A failure rolls both back and records the error and
-the next ``run_at`` in a statement of its own. A crash rolls everything back and frees the
-row, while the attempt log (pg_attempts) has already counted the attempt.
-
-Per job: BEGIN, the claim, a share of one attempt-log statement on another connection, the
-handler, COMMIT; a round trip fewer than the hand-written SELECT ... FOR UPDATE, UPDATE loop.
-Claims run as concurrent tasks, one per free worker, so no worker waits for another's claim.
+Each job runs in the transaction that locked its row; the delivery carries that connection as
+``job.context``. One round trip begins it, locks the next job past the sweep's cursor (marking
+it done, still uncommitted) and takes a savepoint (pg_claim); the attempt log counts the start
+on another connection (pg_attempts); success is a bare COMMIT, so the handler's writes and the
+job's ``done`` appear together. A failure rolls back to the savepoint and records itself in the
+same transaction; a crash rolls everything back and frees the row at once. Claims run as
+concurrent tasks, one per free worker. docs/claim-modes.md says when to use this mode.
 """
 
 from __future__ import annotations
@@ -31,26 +27,15 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_attempts import AttemptLog
-from jobq.transports.pg_claim import ClaimStatement, Sweep
+from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
 
-Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Pool = AsyncConnectionPool[Conn]
-Row = tuple[Any, ...]
 NO_END = 2**63 - 1  # the largest bigint: a continuous sweep has no last id
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_end")
-
-
-@dataclasses.dataclass(slots=True, eq=False)
-class Claim:
-    """A delivery's handle: the connection whose open transaction holds the job's row lock."""
-
-    conn: Conn
-    job_id: int
-    attempt: int  # this attempt's number: the settled ones plus the starts counted since
 
 
 class PgTransactionTransport:
