@@ -48,7 +48,7 @@ def pg_pool_size(settings: Settings) -> int:
 def pool_buffer(settings: Settings) -> int:
     """Deliveries held ready beyond the running ones.
 
-    None in transaction mode: a buffered delivery would hold a connection, an open
+    Zero in transaction mode: a buffered delivery would hold a connection, an open
     transaction and a row lock while it waits, so the pool claims only for a free worker.
     """
     return 0 if transaction_mode(settings) else settings.consumer.buffer_size
