@@ -78,8 +78,9 @@ def test_effects_commit_with_success_and_roll_back_with_failure(
     target = effects_table(pg_dsn, schema)
     produce(schema, queue_name, 3, "--kind", "good")
     produce(schema, queue_name, 2, "--kind", "bad", "--max-attempts", "3")
-    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-p", EFFECT,
-                     "-a", f"table={target}", "-a", "fail_kind=bad", env=schema_env(schema))
+    env = schema_env(schema, JOBQ_RETRY__BASE_DELAY="1", JOBQ_RETRY__JITTER="false")
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-p", EFFECT, "-n", "5",
+                     "-a", f"table={target}", "-a", "fail_kind=bad", "-a", "sleep_ms=600", env=env)
     assert result.returncode == 0, result.stderr
     rows = fetch(pg_dsn, sql.SQL("SELECT id, kind, status, attempts, last_error FROM {} ORDER BY id")
                  .format(table(schema)))
@@ -89,6 +90,9 @@ def test_effects_commit_with_success_and_roll_back_with_failure(
     assert all(r[2:4] == ("pending", 1) for r in bad)  # retried, attempt counted
     assert all("ValueError: kind bad fails after writing its effect" in str(r[4]) for r in bad)
     assert effects(pg_dsn, schema) == collections.Counter(int(r[0]) for r in good)  # type: ignore[call-overload]
+    waits = fetch(pg_dsn, sql.SQL("SELECT extract(epoch FROM run_at - created_at) FROM {} "
+                                  "WHERE kind = 'bad'").format(table(schema)))
+    assert all(float(w) >= 1.6 for (w,) in waits)  # type: ignore[arg-type]  # 1 s from the failure, not the claim
 
 
 def test_kill_9_mid_sweep_leaves_exactly_one_effect_per_job(

@@ -109,7 +109,8 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- UPDATE is the lock the UPDATE takes anyway, and it does not block foreign keys to the job.
 -- The UPDATE marks it done already: only this transaction sees that until it commits, and
 -- it commits that way only if the handler succeeds (else txn_fail overwrites it), so success
--- costs a bare COMMIT and no further statement. The attempt counted
+-- costs a bare COMMIT and no further statement. Hence finished_at is when the job began; it
+-- became visible, with its effects, at the COMMIT that ended it. The attempt counted
 -- here assumes no unsettled earlier start; txn_recount corrects it when there was one.
 -- RETURNING gives the attempts settled before this one (next.attempts).
 WITH next AS (
@@ -166,16 +167,17 @@ ROLLBACK TO SAVEPOINT jobq_job;
 -- name: txn_fail
 -- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead, with
 -- every start counted. The row never left this transaction's lock, so no other claim could
--- take the job between the failure and this record of it.
+-- take the job between the failure and this record of it. clock_timestamp(), not now():
+-- now() is when the transaction, and so the job, began; the delay runs from the failure.
 WITH forgotten AS (
     DELETE FROM {attempts} WHERE job_id = %(id)s
 )
 UPDATE {jobs}
    SET status = %(status)s::text,
        attempts = %(attempts)s,
-       run_at = now() + make_interval(secs => %(delay)s),
+       run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
-       finished_at = CASE WHEN %(status)s::text = 'dead' THEN now() END
+       finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
  WHERE id = %(id)s;
 
 -- name: txn_commit
