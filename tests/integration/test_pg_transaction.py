@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from jobq.sql import Queries
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
 from tests.processors import completions
 
@@ -200,3 +201,21 @@ def test_the_claim_survives_its_prepared_statement_going_missing(
     assert result.returncode == 0, result.stderr
     assert "claiming in two round trips from now on" in result.stderr  # it fell back, once
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 30}
+
+
+def test_the_claim_reads_only_its_own_queue_whatever_the_plan(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    # Another queue's jobs hold the lower ids; ours are a third of the table, so a plan that
+    # bets on finding one of ours among the first ids it reads looks cheap, and is not.
+    produce(schema, f"{queue_name}-other", 3000)
+    produce(schema, queue_name, 1500)
+    claim = Queries(schema)["txn_claim"]
+    params = {"queue": queue_name, "cursor": 0, "last": 2**63 - 1}
+    with psycopg.connect(pg_dsn) as conn:  # one transaction, rolled back at the end
+        conn.execute(sql.SQL("ANALYZE {}").format(table(schema)))
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(sql.SQL("SET LOCAL plan_cache_mode = {}").format(sql.Literal(mode)))
+            explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ") + claim
+            plan = "\n".join(str(r[0]) for r in conn.execute(explain, params, prepare=True))
+            assert "jobs_sweep_idx" in plan and "Rows Removed by Filter" not in plan, plan
+        conn.rollback()

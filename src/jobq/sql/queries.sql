@@ -113,12 +113,16 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- became visible, with its effects, at the COMMIT that ended it. The attempt counted
 -- here assumes no unsettled earlier start; txn_recount corrects it when there was one.
 -- RETURNING gives the attempts settled before this one (next.attempts).
+-- The queue and the id range are written as one range over (queue, id), in that order, and
+-- so is the ORDER BY: only jobs_sweep_idx serves it. Written as queue = $1 AND id > $2 ORDER
+-- BY id, the planner prefers the primary key, betting on finding the queue's next job among
+-- the first ids it reads; with another queue's jobs at those ids, it reads all of them first.
 WITH next AS (
     SELECT id, attempts
       FROM {jobs}
-     WHERE queue = %(queue)s AND status = 'pending' AND id > %(cursor)s AND id <= %(last)s
-       AND run_at <= now()
-     ORDER BY id
+     WHERE (queue, id) > (%(queue)s, %(cursor)s) AND (queue, id) <= (%(queue)s, %(last)s)
+       AND status = 'pending' AND run_at <= now()
+     ORDER BY queue, id
      LIMIT 1
        FOR NO KEY UPDATE SKIP LOCKED
 )
