@@ -1,6 +1,6 @@
 """Lease mode, transaction mode and the hand-written one-at-a-time loop, side by side.
 
-Each round enqueues ``--count`` jobs (no-ops, or ``--sleep-ms`` each) on a fresh queue and
+Each round enqueues ``--count`` jobs (no-ops, or ``--sleep-ms`` each) in a fresh table and
 drains them with one process per mode (the real ``consumer --once``, or
 ``benchmarks.raw_txn``), all at ``--concurrency``, in a rotating order so that no mode always
 runs first. Rates are each process's own, from its first claim to its last settle; the table
@@ -39,9 +39,25 @@ def run(argv: list[str], env: dict[str, str]) -> str:
     return done.stdout
 
 
-def drain(mode: str, queue: str, args: argparse.Namespace, env: dict[str, str], dsn: str) -> float:
-    """Enqueue the jobs on ``queue``, drain them in ``mode``; return the drain's jobs/s."""
+def drain(mode: str, args: argparse.Namespace, dsn: str) -> float:
+    """Enqueue the jobs in a fresh schema, drain them in ``mode``; return the drain's jobs/s.
+
+    A fresh table each time: a queue sharing its table with other queues' jobs would favour
+    whichever claim query copes better with them, which is not what this compares.
+    """
+    schema = f"bench_modes_{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "JOBQ_POSTGRES__SCHEMA": schema}
+    try:
+        return _drain(mode, args, env, dsn)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _drain(mode: str, args: argparse.Namespace, env: dict[str, str], dsn: str) -> float:
+    queue = "bench"
     common = ["--config", str(CONFIG), "--queue", queue, "--log-level", "warning"]
+    run([str(BIN / "jobq"), "init", *common], env)
     run([str(BIN / "producer"), *common, "--count", str(args.count)], env)
     if mode == "raw":
         out = run([sys.executable, "-m", "benchmarks.raw_txn", "--dsn", dsn, "--schema",
@@ -68,21 +84,14 @@ def main() -> None:
     p.add_argument("--sleep-ms", type=float, default=0.0, help="job time (0: no-op jobs)")
     p.add_argument("--out", help="write the per-round figures here as JSON")
     args = p.parse_args()
-    schema = f"bench_modes_{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "JOBQ_POSTGRES__SCHEMA": schema}
     dsn = load_settings(CONFIG).postgres.dsn
-    run([str(BIN / "jobq"), "init", "--config", str(CONFIG)], env)
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-    try:
-        for round_no in range(args.repeat):
-            order = MODES[round_no % 3:] + MODES[:round_no % 3]
-            for mode in order:
-                rates[mode].append(drain(mode, f"{mode}-{round_no}", args, env, dsn))
-            print(f"round {round_no + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f}/s" for m in MODES),
-                  file=sys.stderr)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    for round_no in range(args.repeat):
+        order = MODES[round_no % 3:] + MODES[:round_no % 3]
+        for mode in order:
+            rates[mode].append(drain(mode, args, dsn))
+        print(f"round {round_no + 1}: " + ", ".join(f"{m} {rates[m][-1]:,.0f}/s" for m in MODES),
+              file=sys.stderr)
     median = {mode: statistics.median(values) for mode, values in rates.items()}
     work = f"{args.sleep_ms:g} ms jobs" if args.sleep_ms else "no-op jobs"
     print(f"{args.count:,} {work}, concurrency {args.concurrency}, one process per mode, "

@@ -1,10 +1,11 @@
 """Baseline: the classic one-at-a-time SKIP LOCKED loop over jobq's table, written by hand.
 
-``--workers`` connections, each looping: BEGIN; lock the next pending job (ORDER BY id LIMIT 1
-FOR UPDATE SKIP LOCKED); mark it done; COMMIT. A no-op job; no cursor, retries, attempt count
-or pool. It is the floor that jobq's transaction mode is measured against: the same pattern
-with nothing else. The SQL lives here, not in jobq's queries.sql, on purpose: this is not jobq.
-Prints one JSON line: {"ok": n, "seconds": s, "jobs_per_second": r}.
+``--workers`` connections, each looping: BEGIN; lock the next pending job (ORDER BY run_at, id
+LIMIT 1 FOR UPDATE SKIP LOCKED); run the job (a no-op, or ``--sleep-ms``); mark it done;
+COMMIT. No cursor, retries, attempt count or pool: the floor that jobq's transaction mode is
+measured against, the same pattern with nothing else. The SQL lives here, not in jobq's
+queries.sql, on purpose: this is not jobq. Prints one JSON line:
+{"ok": n, "seconds": s, "jobs_per_second": r}.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import time
 import psycopg
 from psycopg import sql
 
+# ORDER BY run_at, id: the order of jobq's jobs_pending_idx (queue, run_at, id). Ordered by id
+# alone, the planner walks the primary key from the lowest id through every done job: a
+# baseline that slows down as it drains would flatter whatever is compared with it.
 CLAIM = """
 SELECT id, payload FROM {jobs}
  WHERE queue = %(queue)s AND status = 'pending' AND run_at <= now()
- ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+ ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 DONE = "UPDATE {jobs} SET status = 'done', finished_at = now() WHERE id = %(id)s"
 

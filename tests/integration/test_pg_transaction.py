@@ -6,6 +6,7 @@ import collections
 import signal
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -210,12 +211,13 @@ def test_the_claim_reads_only_its_own_queue_whatever_the_plan(
     produce(schema, f"{queue_name}-other", 3000)
     produce(schema, queue_name, 1500)
     claim = Queries(schema)["txn_claim"]
-    params = {"queue": queue_name, "cursor": 0, "last": 2**63 - 1}
+    params = {"queue": queue_name, "after_run_at": datetime.min.replace(tzinfo=UTC), "after_id": 0,
+              "until": datetime.now(UTC)}
     with psycopg.connect(pg_dsn) as conn:  # one transaction, rolled back at the end
         conn.execute(sql.SQL("ANALYZE {}").format(table(schema)))
         for mode in ("force_custom_plan", "force_generic_plan"):
             conn.execute(sql.SQL("SET LOCAL plan_cache_mode = {}").format(sql.Literal(mode)))
             explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ") + claim
             plan = "\n".join(str(r[0]) for r in conn.execute(explain, params, prepare=True))
-            assert "jobs_sweep_idx" in plan and "Rows Removed by Filter" not in plan, plan
+            assert "jobs_pending_idx" in plan and "Rows Removed by Filter" not in plan, plan
         conn.rollback()

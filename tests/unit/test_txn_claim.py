@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -53,31 +54,24 @@ def test_the_prepared_claim_is_txn_claim_with_numbered_parameters() -> None:
     claim = ClaimStatement(Queries("s"), logging.getLogger("test"))
     prepared = claim._prepare.decode()
     body = Queries("s")["txn_claim"].as_string(None)
-    assert prepared.startswith("PREPARE jobq_claim_") and "(text, bigint, bigint) AS" in prepared
+    assert prepared.startswith("PREPARE jobq_claim_")
+    assert "(text, timestamptz, bigint, timestamptz) AS" in prepared
     assert "%(" not in prepared.split(" AS ", 1)[1]
-    numbered = body.replace("%(queue)s", "$1").replace("%(cursor)s", "$2").replace("%(last)s", "$3")
+    numbered = body
+    for name, number in (("queue", 1), ("after_run_at", 2), ("after_id", 3), ("until", 4)):
+        numbered = numbered.replace(f"%({name})s", f"${number}")
     assert prepared.endswith(numbered)
     other = ClaimStatement(Queries("t"), logging.getLogger("test"))
     assert other._prepare.split(b" ", 2)[1] != claim._prepare.split(b" ", 2)[1]  # name per schema
 
 
-def test_a_sweep_hands_out_each_job_once_until_it_restarts() -> None:
-    sweep = Sweep(last=100, now=0.0)
-    early, late = sweep.begin(), sweep.begin()  # two claims running from cursor 0
-    assert sweep.end(early, 7) and sweep.cursor == 7
-    assert not sweep.end(late, 7)  # job 7 failed, was due again, and the older claim found it
-    assert sweep.begin() == 7  # the next claim starts past it
-    sweep.restart(now=1.0)
-    assert sweep.cursor == 0 and sweep.end(sweep.begin(), 7)  # a new sweep may run it again
-
-
-def test_a_sweep_forgets_ids_no_running_claim_can_return() -> None:
-    sweep = Sweep(last=10**9, now=0.0)
-    slow = sweep.begin()  # still running from cursor 0: every id stays remembered
-    for job_id in range(1, Sweep.PRUNE_AT + 10):
-        assert sweep.end(sweep.begin(), job_id)
-    assert len(sweep._handed) > Sweep.PRUNE_AT
-    assert not sweep.end(slow, 3)
-    sweep.end(sweep.begin(), Sweep.PRUNE_AT + 20)  # nothing runs from below the cursor now
-    assert len(sweep._handed) <= 1
-    assert sweep._scanning == {}
+def test_a_sweep_moves_past_every_job_handed_out() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    sweep = Sweep(until=start, now=0.0)
+    assert not sweep.moved and sweep.params("q")["until"] == start
+    later, earlier = start - timedelta(seconds=1), start - timedelta(seconds=5)
+    sweep.passed((7, "k", {}, {}, 0, 5, None, later))
+    sweep.passed((9, "k", {}, {}, 0, 5, None, earlier))  # a claim that started earlier ends late
+    assert sweep.moved and sweep.cursor == (later, 7)
+    params = sweep.params("q")
+    assert (params["after_run_at"], params["after_id"], params["queue"]) == (later, 7, "q")

@@ -101,28 +101,28 @@ RETURNING j.id, j.status;
 BEGIN ISOLATION LEVEL READ COMMITTED;
 
 -- name: txn_claim
--- CTE "next": the next eligible job past this sweep's cursor, locked until the job's
--- transaction ends. The cursor (id > %(cursor)s) moves past every job handed out, so a job
--- that fails and is due again at once is not picked twice in one sweep, and a sweep ends;
--- %(last)s bounds a --once sweep to the jobs that existed when it began. SKIP LOCKED: jobs
--- other workers and instances are running are passed over, not waited for. FOR NO KEY
--- UPDATE is the lock the UPDATE takes anyway, and it does not block foreign keys to the job.
+-- CTE "next": the next job of this sweep, locked until the job's transaction ends. A sweep
+-- takes the jobs that were due when it began (run_at <= %(until)s) in (run_at, id) order,
+-- past a cursor that moves over every job handed out. A job that fails gets a run_at after
+-- the sweep began, so it is not picked twice in one sweep, and a sweep ends: the classic
+-- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
+-- any parameters, generic plan or not (an id order lets it prefer the primary key and read
+-- through other queues' jobs). SKIP LOCKED: jobs other workers and instances are running
+-- are passed over, not waited for. FOR NO KEY UPDATE is the lock the UPDATE takes anyway,
+-- and it does not block foreign keys that point at the job.
 -- The UPDATE marks it done already: only this transaction sees that until it commits, and
 -- it commits that way only if the handler succeeds (else txn_fail overwrites it), so success
 -- costs a bare COMMIT and no further statement. Hence finished_at is when the job began; it
--- became visible, with its effects, at the COMMIT that ended it. The attempt counted
--- here assumes no unsettled earlier start; txn_recount corrects it when there was one.
--- RETURNING gives the attempts settled before this one (next.attempts).
--- The queue and the id range are written as one range over (queue, id), in that order, and
--- so is the ORDER BY: only jobs_sweep_idx serves it. Written as queue = $1 AND id > $2 ORDER
--- BY id, the planner prefers the primary key, betting on finding the queue's next job among
--- the first ids it reads; with another queue's jobs at those ids, it reads all of them first.
+-- became visible, with its effects, at the COMMIT that ended it. The attempt counted here
+-- assumes no unsettled earlier start; txn_recount corrects it when there was one.
+-- RETURNING gives the attempts settled before this one (next.attempts), and the run_at the
+-- cursor moves to.
 WITH next AS (
-    SELECT id, attempts
+    SELECT id, attempts, run_at
       FROM {jobs}
-     WHERE (queue, id) > (%(queue)s, %(cursor)s) AND (queue, id) <= (%(queue)s, %(last)s)
-       AND status = 'pending' AND run_at <= now()
-     ORDER BY queue, id
+     WHERE queue = %(queue)s AND status = 'pending'
+       AND (run_at, id) > (%(after_run_at)s, %(after_id)s) AND run_at <= %(until)s
+     ORDER BY run_at, id
      LIMIT 1
        FOR NO KEY UPDATE SKIP LOCKED
 )
@@ -130,7 +130,8 @@ UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), attempts = next.attempts + 1
   FROM next
  WHERE j.id = next.id
-RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at;
+RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at,
+          next.run_at;
 
 -- name: txn_attempt
 -- Count started attempts outside the jobs' transactions (on a connection of its own, one
@@ -199,9 +200,9 @@ UPDATE {jobs}
                     || %(attempts)s::int || ' attempts (transaction mode)'
  WHERE id = %(id)s;
 
--- name: txn_sweep_end
--- The last job id now: a --once sweep does not chase jobs enqueued after it began.
-SELECT coalesce(max(id), 0) FROM {jobs};
+-- name: txn_sweep_start
+-- A sweep takes the jobs due by the server's clock when it begins (see txn_claim).
+SELECT now();
 
 -- name: enqueue
 -- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the

@@ -45,14 +45,7 @@ CREATE TRIGGER jobs_notify AFTER INSERT ON {jobs}
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {notify_fn}();
 
--- migration: 2 transaction claim mode: sweep index and attempt log
--- The transaction-mode sweep walks pending work in id order past a cursor
--- (WHERE queue = $q AND id > $cursor ORDER BY id LIMIT 1); jobs_pending_idx is ordered by
--- run_at first and cannot serve that without a sort. Partial, so done/dead rows cost nothing.
--- (A plain CREATE INDEX blocks writes while it builds: on a large live table, build it first
--- with CREATE INDEX CONCURRENTLY under this name, and this statement is then a no-op.)
-CREATE INDEX IF NOT EXISTS jobs_sweep_idx ON {jobs} (queue, id) WHERE status = 'pending';
-
+-- migration: 2 transaction claim mode: attempt log
 -- Attempts started in transaction mode and not yet folded into jobs.attempts. A job's own row
 -- cannot record them: the transaction that runs the job holds it, and a crash rolls that
 -- back. One short statement of its own counts each start here before the handler runs, so a

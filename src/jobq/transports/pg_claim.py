@@ -17,7 +17,7 @@ Two things could take the prepared statement away, and both are handled:
 The statement's name is a digest of its text, which names the schema: two consumers, of
 different schemas or versions, that meet on one server connection cannot run each other's.
 
-``Sweep`` keeps the cursor the claims move past, and ``Claim`` is a delivery's handle.
+``Sweep`` is what the claims walk, and ``Claim`` is a delivery's handle.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import logging
 import weakref
-from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -37,7 +37,9 @@ from jobq.sql import Queries
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]
-PARAMS = ((b"%(queue)s", b"$1"), (b"%(cursor)s", b"$2"), (b"%(last)s", b"$3"))
+PARAMS = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
+          (b"%(until)s", b"$4"))
+FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 
 
@@ -62,20 +64,21 @@ class ClaimStatement:
         for named, number in PARAMS:
             positional = positional.replace(named, number)
         name = b"jobq_claim_" + hashlib.sha256(positional).hexdigest()[:16].encode()
-        self._prepare = b"PREPARE " + name + b" (text, bigint, bigint) AS " + positional
-        self._execute = (self._begin + b"; EXECUTE " + name + b"(%(queue)s, %(cursor)s, %(last)s); "
-                         + self._savepoint)
+        self._prepare = (b"PREPARE " + name + b" (text, timestamptz, bigint, timestamptz) AS "
+                         + positional)
+        self._execute = (self._begin + b"; EXECUTE " + name
+                         + b"(%(queue)s, %(after_run_at)s, %(after_id)s, %(until)s); " + self._savepoint)
         self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._misses = 0
 
-    async def claim(self, conn: Conn, params: dict[str, Any]) -> Row | None:
-        """BEGIN, lock and mark the next job (txn_claim), SAVEPOINT; None if there is none."""
+    async def claim(self, conn: Conn, sweep: Sweep, queue: str) -> Row | None:
+        """BEGIN, lock and mark the sweep's next job (txn_claim), SAVEPOINT; None if none."""
         while self._misses < MISSES:
             if conn not in self._prepared:
                 await self._prepare_on(conn)
             query = psycopg.AsyncClientCursor(conn)
             try:
-                await query.execute(self._execute, params)
+                await query.execute(self._execute, sweep.literals(queue))
             except errors.InvalidSqlStatementName:
                 await conn.rollback()
                 self._prepared.discard(conn)
@@ -87,7 +90,7 @@ class ClaimStatement:
             query.nextset()
             return await query.fetchone()
         await conn.execute(self._begin)
-        cur = await conn.execute(self._claim, params)
+        cur = await conn.execute(self._claim, sweep.params(queue))
         await conn.execute(self._savepoint)
         return await cur.fetchone()
 
@@ -101,44 +104,38 @@ class ClaimStatement:
 
 
 class Sweep:
-    """Where this consumer's sweep stands: its cursor, and the jobs it handed out lately.
+    """One pass over the jobs due when it began, in (run_at, id) order past a cursor.
 
-    Claims run concurrently, each from the cursor as it was when it started. One that started
-    before another claim's job failed and became due again can find that job once more: the
-    ids handed out are remembered, as long as a claim still running could return them, so a
-    job runs at most once per sweep, which is what makes a sweep end.
+    Claims run concurrently, each from the cursor as it was when it started; the cursor moves
+    past every job handed out. A job that fails is due again only after the sweep began, so
+    no claim of this sweep can find it again, however old its cursor.
     """
 
-    PRUNE_AT = 1024  # remembered ids before the ones no running claim can return are dropped
+    def __init__(self, until: datetime, now: float) -> None:
+        self.until = until  # the server's clock when the sweep began
+        self.started_at = now  # the event loop's clock, to start the next one in time
+        self.cursor: tuple[datetime, int] = (FIRST, 0)
+        self._until_text: str | None = None
 
-    def __init__(self, last: int, now: float) -> None:
-        self.last = last  # the highest id this sweep may claim
-        self.cursor = 0
-        self.started_at = now
-        self._handed: set[int] = set()
-        self._scanning: Counter[int] = Counter()  # the cursors running claims started from
+    def params(self, queue: str) -> dict[str, Any]:
+        """The claim's parameters for the next job of this sweep."""
+        run_at, job_id = self.cursor
+        return {"queue": queue, "after_run_at": run_at, "after_id": job_id, "until": self.until}
 
-    def restart(self, now: float) -> None:
-        """Begin a new sweep from the lowest id: the jobs of the last one may run again."""
-        self.cursor = 0
-        self.started_at = now
-        self._handed.clear()
+    def literals(self, queue: str) -> dict[str, Any]:
+        """The same, timestamps as ISO text: quoted into the EXECUTE line far faster than a
+        datetime, and cast back by the prepared statement's parameter types."""
+        run_at, job_id = self.cursor
+        if self._until_text is None:
+            self._until_text = self.until.isoformat()
+        return {"queue": queue, "after_run_at": run_at.isoformat(), "after_id": job_id,
+                "until": self._until_text}
 
-    def begin(self) -> int:
-        """A claim starts: the cursor it claims past."""
-        self._scanning[self.cursor] += 1
-        return self.cursor
+    def passed(self, row: Row) -> None:
+        """A claim handed out the job of ``row`` (txn_claim's: run_at last, id first)."""
+        self.cursor = max(self.cursor, (row[-1], int(row[0])))
 
-    def end(self, start: int, job_id: int | None) -> bool:
-        """A claim from ``start`` returned ``job_id``: True if this sweep has not handed it out."""
-        self._scanning[start] -= 1
-        if not self._scanning[start]:
-            del self._scanning[start]
-        if job_id is None or job_id in self._handed:
-            return False
-        self._handed.add(job_id)
-        self.cursor = max(self.cursor, job_id)
-        if len(self._handed) > self.PRUNE_AT:
-            floor = min(self._scanning, default=self.cursor)
-            self._handed = {i for i in self._handed if i > floor}
-        return True
+    @property
+    def moved(self) -> bool:
+        """True once a claim of this sweep found a job."""
+        return self.cursor != (FIRST, 0)

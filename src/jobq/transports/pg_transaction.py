@@ -27,15 +27,14 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_attempts import AttemptLog
-from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.pg_claim import FIRST, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
 
 Pool = AsyncConnectionPool[Conn]
-NO_END = 2**63 - 1  # the largest bigint: a continuous sweep has no last id
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_end")
+STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_start")
 
 
 class PgTransactionTransport:
@@ -68,7 +67,7 @@ class PgTransactionTransport:
         self._dry = False  # the last claim found nothing: wait for news before claiming again
         self._probe = False  # after finding nothing, claim one at a time until one finds a job
         self._slots = concurrency
-        self._sweep = Sweep(NO_END, 0.0)
+        self._sweep = Sweep(FIRST, 0.0)
         self._wake = asyncio.Event()
         self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
@@ -89,16 +88,11 @@ class PgTransactionTransport:
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)
             await self._pool.wait(timeout=self._connect.timeout * self._connect.attempts)
-            last = NO_END
-            if self._once:
-                async with self._pool.connection() as conn:
-                    cur = await conn.execute(self._sql["txn_sweep_end"])
-                    last = int((await cur.fetchall())[0][0])
+        await self._new_sweep(asyncio.get_running_loop().time())
         if not self._once and self._cfg.notify:
             self._tasks.append(asyncio.create_task(listen(
                 self._cfg.dsn, self._connect, self._channel, self._queue, self._wake, self._log),
                 name="jobq-pg-listen"))
-        self._sweep = Sweep(last, asyncio.get_running_loop().time())
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
 
@@ -126,7 +120,7 @@ class PgTransactionTransport:
         while True:
             now = loop.time()
             if not self._once and now - self._sweep.started_at > self._cfg.poll_interval:
-                self._new_sweep(now)  # so due retries behind the cursor are not starved
+                await self._new_sweep(now)  # so retries due since are not starved by new work
             self._start_claims(max_count)
             if self._ready:
                 handed, self._ready = self._ready[:max_count], self._ready[max_count:]
@@ -139,8 +133,8 @@ class PgTransactionTransport:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self._dry and not self._once and self._sweep.cursor > 0:
-                self._new_sweep(now)  # this sweep ran dry: start over once, now
+            if self._dry and not self._once and self._sweep.moved:
+                await self._new_sweep(now)  # this sweep ran dry: start over once, now
                 continue
             remaining = deadline - now
             if remaining <= 0:
@@ -199,8 +193,13 @@ class PgTransactionTransport:
             self._delivered -= 1
             await self._give_back(claim.conn)
 
-    def _new_sweep(self, now: float) -> None:
-        self._sweep.restart(now)
+    async def _new_sweep(self, now: float) -> None:
+        """Begin a sweep over the jobs due now, by the server's clock."""
+        with translated("postgres sweep"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(self._sql["txn_sweep_start"])
+                until = (await cur.fetchall())[0][0]
+        self._sweep = Sweep(until, now)
         self._dry = False
 
     def _start_claims(self, max_count: int) -> None:
@@ -249,18 +248,13 @@ class PgTransactionTransport:
             raise
 
     async def _lock_next(self, conn: Conn) -> Row | None:
-        """Lock the next job this sweep has not handed out yet."""
+        """Lock the next job of the sweep, past its cursor."""
+        sweep = self._sweep  # a new sweep may begin while this claim runs
         with translated("postgres claim"):
-            while True:
-                start, row = self._sweep.begin(), None
-                try:
-                    row = await self._claim.claim(conn, {
-                        "queue": self._queue, "cursor": start, "last": self._sweep.last})
-                finally:
-                    fresh = self._sweep.end(start, None if row is None else int(row[0]))
-                if fresh or row is None:
-                    return row
-                await conn.rollback()  # handed out already: claim again, past the cursor now
+            row = await self._claim.claim(conn, sweep, self._queue)
+        if row is not None:
+            sweep.passed(row)
+        return row
 
     async def _deliver(self, conn: Conn, row: Row, started: int) -> Delivery | None:
         """The delivery of a locked job, or None if its attempts were all used up by crashes."""
@@ -272,7 +266,7 @@ class PgTransactionTransport:
         if started > 1:  # earlier starts never settled: their consumer died mid-job
             with translated("postgres claim"):
                 await conn.execute(self._sql["txn_recount"], {"id": job_id, "attempts": attempt})
-        delivery = row_to_delivery(row, self._queue)
+        delivery = row_to_delivery(row[:7], self._queue)
         delivery.job = dataclasses.replace(delivery.job, attempt=attempt, context=conn)
         delivery.handle = Claim(conn, job_id, attempt)
         return delivery
