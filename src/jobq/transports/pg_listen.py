@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -15,8 +16,11 @@ from jobq.transports.pg_connect import backoff_policy, connect_once
 
 
 async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: asyncio.Event,
-                 log: logging.Logger) -> None:
-    """Set ``wake`` on each notification for ``queue``, and after every (re)connect; never returns."""
+                 log: logging.Logger, on_reconnect: Callable[[], None] | None = None) -> None:
+    """Set ``wake`` on each notification for ``queue``, and after every (re)connect; never returns.
+
+    ``on_reconnect`` is called each time the connection is back after a loss (for metrics).
+    """
     policy = backoff_policy(connect)
     failures = 0
     statement = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
@@ -25,6 +29,8 @@ async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wak
             conn = await connect_once(dsn, connect, log)
             async with conn:
                 await conn.execute(statement)
+                if failures and on_reconnect is not None:
+                    on_reconnect()
                 failures = 0
                 wake.set()  # a notification may have been missed while away
                 async for note in conn.notifies():

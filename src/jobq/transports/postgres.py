@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, PostgresConfig
@@ -25,8 +24,9 @@ from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
 from jobq.sql import Queries
-from jobq.transports.pg_connect import backoff_policy, connect_once, translated
+from jobq.transports.pg_connect import backoff_policy, translated
 from jobq.transports.pg_decode import row_to_delivery
+from jobq.transports.pg_listen import listen
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 
@@ -220,24 +220,8 @@ class PostgresTransport:
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect forever with backoff if it drops."""
-        policy = backoff_policy(self._connect)
-        failures = 0
-        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._q.channel))
-        while True:
-            try:
-                conn = await connect_once(self._cfg.dsn, self._connect, self._log)
-                async with conn:
-                    await conn.execute(listen)
-                    if failures:
-                        self.reconnects += 1
-                    failures = 0
-                    self._wake.set()  # a notification may have been missed while away
-                    async for note in conn.notifies():
-                        if note.payload == self._queue:
-                            self._wake.set()
-            except (psycopg.Error, TransportError) as exc:
-                failures += 1
-                delay = policy.backoff(failures)
-                self._log.warning("LISTEN connection lost (%s); reconnecting in %.1fs",
-                                  describe(exc), delay)
-                await asyncio.sleep(delay)
+        await listen(self._cfg.dsn, self._connect, self._q.channel, self._queue, self._wake,
+                     self._log, on_reconnect=self._count_reconnect)
+
+    def _count_reconnect(self) -> None:
+        self.reconnects += 1
