@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +33,16 @@ def completions(dir: str | Path) -> list[str]:
     for file in Path(dir).glob("*.log"):
         ids.extend(line for line in file.read_text().splitlines() if line)
     return ids
+
+
+def fail_recording(directory: str) -> Any:
+    """Record ``id attempt monotonic-time`` for each attempt, then fail (retryable)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.attempts").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        out.write(f"{job.id} {job.attempt} {time.time():.3f}\n")
+        raise ValueError(f"attempt {job.attempt} failed")
+
+    return handle

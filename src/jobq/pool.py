@@ -130,8 +130,7 @@ class WorkerPool:
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
             self._stop.set()
-            if self._forced:
-                fetcher.cancel()
+            fetcher.cancel()  # receive() is cancel-safe: an idle wait may last poll_interval
             await asyncio.gather(fetcher, return_exceptions=True)
             await self._release_unstarted()
             await self._drain(workers)

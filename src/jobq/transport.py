@@ -28,7 +28,9 @@ class Transport(Protocol):
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Return up to ``max_count`` deliveries, waiting at most ``timeout`` s for the first.
 
-        An empty list after the wait means nothing is eligible right now.
+        An empty list after the wait means nothing is eligible right now. Must be cancel-safe:
+        the pool cancels a pending receive at shutdown, and whatever a cancelled receive had
+        already taken from the backend must go back to it (not counted as an attempt).
         """
 
     async def ack(self, delivery: Delivery) -> None:

@@ -66,7 +66,10 @@ class PostgresTransport:
         self.rescued = 0
 
     async def open(self) -> None:
-        """Start the ack flusher, the heartbeat/rescue loop and (unless poll-only) the listener."""
+        """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
+        (unless poll-only) the listener. Rescuing first lets a ``--once`` sweep pick up the jobs
+        of a consumer that died."""
+        await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
         if self._cfg.notify:
@@ -90,17 +93,32 @@ class PostgresTransport:
         deadline = loop.time() + timeout
         while True:
             self._wake.clear()
-            rows = await self._run("claim", {"queue": self._queue, "limit": max_count,
-                                             "lease": self._cfg.lease, "worker": self._worker},
-                                   fetch=True)
+            rows = await self._claim(max_count)
             if rows:
-                self._held.update(row[0] for row in rows)
                 return [row_to_delivery(row, self._queue) for row in rows]
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+
+    async def _claim(self, limit: int) -> list[Any]:
+        params = {"queue": self._queue, "limit": limit, "lease": self._cfg.lease,
+                  "worker": self._worker}
+        claim = asyncio.ensure_future(self._run("claim", params, fetch=True))
+        try:
+            rows = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            # Cancelled (shutdown) while the claim was in flight: it may still commit, so wait
+            # for it and hand its rows straight back, attempt not counted.
+            with contextlib.suppress(Exception):
+                taken = await claim
+                if taken:
+                    await self._run("release", {"ids": [row[0] for row in taken],
+                                                "worker": self._worker, "channel": self._q.channel})
+            raise
+        self._held.update(row[0] for row in rows)
+        return rows
 
     async def ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
@@ -140,8 +158,10 @@ class PostgresTransport:
         ids, self._acks = self._acks, []
         try:
             await self._run("ack", {"ids": ids})
-        except TransportError:
-            self._acks[:0] = ids  # keep them for the next try; the lease keeps them ours meanwhile
+        except BaseException:
+            # Failed or cancelled mid-statement (close() cancels the flush loop): keep them for
+            # the next try. Acking twice is harmless; the lease keeps them ours meanwhile.
+            self._acks[:0] = ids
             raise
         self._held.difference_update(ids)
 
@@ -163,6 +183,9 @@ class PostgresTransport:
         if self._held:
             await self._run("heartbeat", {"ids": list(self._held), "lease": self._cfg.lease,
                                           "worker": self._worker})
+        await self._rescue()
+
+    async def _rescue(self) -> None:
         rows = await self._run("rescue", {"queue": self._queue}, fetch=True)
         if rows:
             dead = sum(1 for _, status in rows if status == "dead")

@@ -1,0 +1,172 @@
+"""The Postgres lease-mode consumer against the real server, driven through the real CLIs."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import signal
+import time
+from pathlib import Path
+
+from psycopg import sql
+
+from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
+from tests.processors import completions
+
+RECORD = "tests.processors:record"
+
+
+def jobs(schema: str) -> sql.Composed:
+    return sql.SQL("{}").format(sql.Identifier(schema, "jobs"))
+
+
+def status_counts(dsn: str, schema: str, queue: str) -> dict[str, int]:
+    q = sql.SQL("SELECT status, count(*) FROM {} WHERE queue = %s GROUP BY status").format(jobs(schema))
+    return {str(s): int(n) for s, n in fetch(dsn, q, [queue])}  # type: ignore[call-overload]
+
+
+def produce(schema: str, queue: str, count: int, *extra: str) -> None:
+    result = run_cli("producer", *pg_args(queue), "--count", str(count), *extra, env=schema_env(schema))
+    assert result.returncode == 0, result.stderr
+
+
+def wait_until(predicate: object, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(step)
+    return False
+
+
+def test_three_consumers_drain_5000_jobs_exactly_once(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 5000)
+    procs = [start_cli("consumer", *pg_args(queue_name), "--once", "-p", RECORD,
+                       "-a", f"directory={tmp_path}", "-n", "16", env=schema_env(schema))
+             for _ in range(3)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    done = completions(tmp_path)
+    assert len(done) == 5000 and len(set(done)) == 5000  # none lost, none twice
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 5000}
+    assert len(list(tmp_path.glob("*.log"))) == 3  # all three took part
+
+
+def test_kill_9_mid_batch_loses_nothing(pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 300)
+    env = schema_env(schema, JOBQ_POSTGRES__LEASE="2", JOBQ_POSTGRES__RESCUE_INTERVAL="0.3")
+    victim = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path}",
+                       "-a", "sleep_ms=50", "-n", "4", env=env)
+    assert wait_until(lambda: len(completions(tmp_path)) >= 8, 20)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    held = status_counts(pg_dsn, schema, queue_name).get("running", 0)
+    assert held > 0  # it died holding claimed jobs
+    rescuer = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path}",
+                        "-n", "32", env=env)
+    try:
+        assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"done": 300}, 40)
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        _, err = rescuer.communicate(timeout=30)
+    assert rescuer.returncode == 0, err
+    done = collections.Counter(completions(tmp_path))
+    assert len(done) == 300  # every job completed at least once
+    assert "rescued" in err
+
+
+def test_job_that_kills_its_process_ends_dead_after_max_attempts(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 1, "--max-attempts", "3")
+    env = schema_env(schema, JOBQ_POSTGRES__LEASE="1", JOBQ_POSTGRES__RESCUE_INTERVAL="0.2")
+    exits = []
+    for _ in range(8):
+        proc = run_cli("consumer", *pg_args(queue_name), "-p", "crash", "--once", env=env, timeout=30)
+        exits.append(proc.returncode)
+        if status_counts(pg_dsn, schema, queue_name).get("dead"):
+            break
+        time.sleep(1.3)  # let the lease expire; the next consumer rescues it at start
+    assert exits.count(137) == 3, exits  # three attempts, each killed its process
+    row = fetch(pg_dsn, sql.SQL("SELECT status, attempts, last_error FROM {}").format(jobs(schema)))
+    status, attempts, error = row[0]
+    assert (status, attempts) == ("dead", 3)
+    assert "lease expired on attempt 3 of 3" in str(error)
+
+
+def test_retries_wait_for_their_backoff_then_end_dead_with_the_error(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 2, "--max-attempts", "3")
+    env = schema_env(schema, JOBQ_RETRY__BASE_DELAY="0.5", JOBQ_RETRY__JITTER="false",
+                     JOBQ_POSTGRES__POLL_INTERVAL="0.05")
+    proc = start_cli("consumer", *pg_args(queue_name), "-p", "tests.processors:fail_recording",
+                     "-a", f"directory={tmp_path}", env=env)
+    try:
+        assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"dead": 2}, 20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    attempts: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)
+    for file in tmp_path.glob("*.attempts"):
+        for line in file.read_text().splitlines():
+            job_id, attempt, at = line.split()
+            attempts[job_id].append((int(attempt), float(at)))
+    for runs in attempts.values():
+        assert [a for a, _ in runs] == [1, 2, 3]
+        gaps = [b - a for (_, a), (_, b) in itertools.pairwise(runs)]
+        assert gaps[0] >= 0.5 - 0.01 and gaps[1] >= 1.0 - 0.01  # base * 2**(n-1), never early
+    errors = fetch(pg_dsn, sql.SQL("SELECT last_error FROM {}").format(jobs(schema)))
+    assert all("ValueError: attempt 3 failed" in str(e) and "3 of 3" in str(e) for (e,) in errors)
+
+
+def test_malformed_payload_is_dead_lettered_and_the_consumer_goes_on(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    insert = sql.SQL("INSERT INTO {} (queue, kind, payload) VALUES (%s, %s, %s::jsonb)").format(jobs(schema))
+    fetch_none = [(queue_name, "k", "[1, 2]"), (queue_name, "", "{}"), (queue_name, "k", '"text"')]
+    for params in fetch_none:
+        fetch(pg_dsn, insert + sql.SQL(" RETURNING id"), params)
+    produce(schema, queue_name, 5)
+    proc = run_cli("consumer", *pg_args(queue_name), "--once", env=schema_env(schema))
+    assert proc.returncode == 0, proc.stderr
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 5, "dead": 3}
+    reasons = sorted(str(r) for (r,) in fetch(
+        pg_dsn, sql.SQL("SELECT last_error FROM {} WHERE status = 'dead'").format(jobs(schema))))
+    assert reasons == ["MalformedJob: kind is empty",
+                       "MalformedJob: payload is not a JSON object (got list)",
+                       "MalformedJob: payload is not a JSON object (got str)"]
+
+
+def test_sigterm_finishes_running_jobs_and_releases_the_rest(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 40)
+    proc = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path}",
+                     "-a", "sleep_ms=400", "-n", "4", env=schema_env(schema))
+    assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name).get("running", 0) >= 8, 20)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    counts = status_counts(pg_dsn, schema, queue_name)
+    finished = len(completions(tmp_path))
+    assert counts.get("running", 0) == 0
+    assert counts["done"] == finished >= 4  # the running ones finished and were acked
+    pending = fetch(pg_dsn, sql.SQL("SELECT attempts FROM {} WHERE status = 'pending'").format(jobs(schema)))
+    assert len(pending) == 40 - finished and all(a == 0 for (a,) in pending)  # attempt not counted
+    assert "released" in err
+
+
+def test_bad_config_and_unreachable_database_exit_with_one_line(tmp_path: Path, schema: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("consumer:\n  concurrency: lots\n")
+    result = run_cli("consumer", "--config", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"jobq: config error: {bad}: consumer.concurrency: "
+                                      "expected int, got str 'lots'")
+    env = schema_env(schema, JOBQ_PG_DSN="postgresql://jobq:s3cret@127.0.0.1:1/nowhere",
+                     JOBQ_CONNECT__ATTEMPTS="2", JOBQ_CONNECT__BACKOFF_BASE="0.1")
+    result = run_cli("consumer", *pg_args("q"), "--once", env=env)
+    assert result.returncode == 3
+    assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("jobq: cannot reach PostgreSQL at 127.0.0.1:1 after 2 attempts")
+    assert "attempt 1/2" in result.stderr  # each try is logged

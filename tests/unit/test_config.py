@@ -1,0 +1,85 @@
+"""Config: YAML + extends + ${VAR:default} + env + CLI, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobq.config import load_settings, redact
+from jobq.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_shipped_configs_load() -> None:
+    pg = load_settings(ROOT / "configs" / "postgres.yaml", env={})
+    rmq = load_settings(ROOT / "configs" / "rabbitmq.yaml", env={})
+    assert pg.transport == "postgres" and rmq.transport == "rabbitmq"
+    assert pg.consumer.concurrency == 32 and pg.retry.max_attempts == 5
+
+
+def test_precedence_defaults_file_env_cli(tmp_path: Path) -> None:
+    base = write(tmp_path, "consumer: {concurrency: 4, shutdown_timeout: 9}\n", "base.yaml")
+    top = write(tmp_path, f"extends: {base.name}\nconsumer: {{concurrency: 6}}\nqueue: ${{Q:dflt}}\n")
+    s = load_settings(top, env={})
+    assert (s.consumer.concurrency, s.consumer.shutdown_timeout, s.queue) == (6, 9.0, "dflt")
+    s = load_settings(top, env={"Q": "emails", "JOBQ_CONSUMER__CONCURRENCY": "8"})
+    assert (s.consumer.concurrency, s.queue) == (8, "emails")
+    s = load_settings(top, {"consumer.concurrency": 10}, env={"JOBQ_CONSUMER__CONCURRENCY": "8"})
+    assert s.consumer.concurrency == 10
+
+
+def test_whole_value_interpolation_keeps_the_type(tmp_path: Path) -> None:
+    path = write(tmp_path, "consumer: {concurrency: '${N:12}', once: '${ONCE:false}'}\n")
+    s = load_settings(path, env={"ONCE": "true"})
+    assert s.consumer.concurrency == 12 and s.consumer.once is True
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("consumer: {concurency: 3}\n", "consumer.concurency", "unknown key"),
+        ("consumer: {concurrency: many}\n", "consumer.concurrency", "expected int"),
+        ("consumer: {concurrency: 0}\n", "consumer.concurrency", "between 1 and 10000"),
+        ("transport: kafka\n", "transport", "must be one of"),
+        ("postgres: {schema: 'x; DROP TABLE y'}\n", "postgres.schema", "plain identifier"),
+        ("queue: 'a\"b'\n", "queue", "bad value"),
+        ("retry: {max_attempts: true}\n", "retry.max_attempts", "expected int"),
+        ("queue: ${NOPE}\n", "queue", "NOPE is not set"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_file(tmp_path: Path, text: str, key: str, words: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}: ") and words in message
+
+
+def test_bad_dsn_never_shows_its_password(tmp_path: Path) -> None:
+    path = write(tmp_path, "postgres: {dsn: 'mysql://u:hunter2@h/db'}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert "hunter2" not in str(info.value) and "postgres.dsn" in str(info.value)
+
+
+def test_redact_hides_passwords_in_urls_and_key_value_dsns() -> None:
+    assert redact("amqp://guest:secret@h:5672/") == "amqp://guest:***@h:5672/"
+    assert redact("host=h password=secret user=u") == "host=h password=*** user=u"
+    assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+    settings = load_settings(None, {"postgres.dsn": "postgresql://u:s3cr3t@h/db"}, env={})
+    assert "s3cr3t" not in repr(settings)
+
+
+def test_missing_file_and_bad_yaml_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml", env={})
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(write(tmp_path, "consumer: [unclosed\n"), env={})
