@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from benchmarks.targets import TARGETS
 from tests.conftest import ROOT, cli_env
 
