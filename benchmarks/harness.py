@@ -121,6 +121,9 @@ class CaseRun:
         self.consumers: list[Proc] = []
         self.producer: Proc | None = None
         self.killed: int | None = None
+        # Pre-enqueued work waits behind a start gate until every consumer is up, so k
+        # consumers drain together instead of the first starter racing the others' start-up.
+        self.gate = None if case.rate else work_dir / "go"
         self.problems: list[str] = []
 
     def start_consumers(self) -> None:
@@ -129,7 +132,7 @@ class CaseRun:
             launch = Launch(record_dir=self.records, work=self.case.work,
                             concurrency=self.case.concurrency, once=self.case.once,
                             stats_json=self.dir / f"stats-{i}.json"
-                            if self.target.family == "jobq" else None)
+                            if self.target.family == "jobq" else None, gate=self.gate)
             proc = Proc(self.target.consumer(self.target, self.space, launch), self.space.env,
                         self.dir / f"consumer-{i}.log")
             self.consumers.append(proc)
@@ -204,8 +207,10 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
             enqueue(space, case.jobs, work_dir / "producer.log")
         run.sampler.start()
         run.start_consumers()
-        if case.rate:
-            run.wait_ready()
+        run.wait_ready()
+        if run.gate is not None:
+            run.gate.touch()
+        else:
             run.producer = Proc(producer_argv(space, case.jobs, case.rate), space.env,
                                 work_dir / "producer.log")
         run.supervise()

@@ -7,6 +7,11 @@ call, so the no-op processor stays cheap (~0.3 us a job, paid equally by jobq an
 baselines), and the entries are in the kernel's page cache the moment they are written: a
 consumer killed with SIGKILL keeps everything it recorded.
 
+A start gate lines the consumers up: with ``gate=<path>`` no job completes before that file
+exists, so several consumer processes (started one after another, importing and connecting
+at their own pace) begin draining together once the runner has seen them all ready. After it
+opens, the gate costs one attribute check per job.
+
 A job is named by its payload's ``n`` (the producer numbers its jobs 0..count-1), so the
 runner knows the enqueued set without asking the backend. ``sent_at`` (``producer --stamp``)
 gives end-to-end latency against the same wall clock.
@@ -60,6 +65,30 @@ class Recorder:
         self.add(payload["n"], payload.get("sent_at", 0.0), status)
 
 
+class Gate:
+    """Holds jobs back until ``path`` exists (no path: always open)."""
+
+    def __init__(self, path: str = "") -> None:
+        self.path = path
+        self.open = not path
+        self._opened: asyncio.Event | None = None
+
+    async def wait(self) -> None:
+        """Return once the gate file exists (one poller however many jobs wait)."""
+        if self._opened is None:
+            self._opened = asyncio.Event()
+            self._poll()
+        await self._opened.wait()
+        self.open = True
+
+    def _poll(self) -> None:
+        assert self._opened is not None
+        if os.path.exists(self.path):
+            self._opened.set()
+        else:
+            asyncio.get_running_loop().call_later(0.002, self._poll)
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One recorded outcome."""
@@ -81,38 +110,45 @@ def read_records(directory: str | Path) -> Iterator[Entry]:
             yield Entry(n, finished, sent_at, status)
 
 
-def record(dir: str) -> Any:
+def record(dir: str, gate: str = "") -> Any:
     """No-op job that records its completion: measures the queue, not the work."""
-    rec = Recorder(dir)
+    rec, start = Recorder(dir), Gate(gate)
 
     async def handle(job: Job) -> None:
+        if not start.open:
+            await start.wait()
         rec.job(job.payload)
 
     return handle
 
 
-def sleep(dir: str, ms: float = 10.0) -> Any:
+def sleep(dir: str, ms: float = 10.0, gate: str = "") -> Any:
     """I/O-bound job: waits ``ms`` milliseconds, then records."""
-    rec = Recorder(dir)
+    rec, start = Recorder(dir), Gate(gate)
     seconds = ms / 1000.0
 
     async def handle(job: Job) -> None:
+        if not start.open:
+            await start.wait()
         await asyncio.sleep(seconds)
         rec.job(job.payload)
 
     return handle
 
 
-def flaky(dir: str, retry_rate: float = 0.05, fail_rate: float = 0.01, delay: float = 0.2) -> Any:
+def flaky(dir: str, retry_rate: float = 0.05, fail_rate: float = 0.01, delay: float = 0.2,
+          gate: str = "") -> Any:
     """Fails ``retry_rate`` of attempts retryably and ``fail_rate`` of them permanently.
 
     A job about to be dead-lettered (permanent failure, or a retryable one on its last
     attempt) is recorded as dead before the error is raised.
     """
-    rec = Recorder(dir)
+    rec, start = Recorder(dir), Gate(gate)
     rand = random.Random()
 
     async def handle(job: Job) -> None:
+        if not start.open:
+            await start.wait()
         draw = rand.random()
         if draw < fail_rate:
             rec.job(job.payload, DEAD)

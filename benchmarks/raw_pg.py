@@ -16,7 +16,7 @@ import sys
 import psycopg
 from psycopg import sql
 
-from benchmarks.processors import Recorder
+from benchmarks.processors import Gate, Recorder
 
 CLAIM = """
 WITH picked AS (
@@ -33,7 +33,7 @@ ACK = "UPDATE {jobs} SET status = 'done', finished_at = now(), locked_until = NU
 
 async def consume(args: argparse.Namespace) -> None:
     """Claim, run, ack, until the queue is empty (``--once``) or SIGTERM."""
-    rec = Recorder(args.dir)
+    rec, start = Recorder(args.dir), Gate(args.gate)
     jobs = sql.Identifier(args.schema, "jobs")
     claim, ack = sql.SQL(CLAIM).format(jobs=jobs), sql.SQL(ACK).format(jobs=jobs)
     stop = asyncio.Event()
@@ -54,6 +54,8 @@ async def consume(args: argparse.Namespace) -> None:
                     return
                 await asyncio.sleep(args.poll)
                 continue
+            if not start.open:
+                await start.wait()
             if pause:
                 await asyncio.gather(*(work(payload) for _, payload in rows))
             else:
@@ -73,6 +75,7 @@ def main() -> None:
     p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
     p.add_argument("--poll", type=float, default=0.01, help="seconds between empty claims")
     p.add_argument("--once", action="store_true", help="exit when a claim finds nothing")
+    p.add_argument("--gate", default="", help="hold jobs until this file exists")
     asyncio.run(consume(p.parse_args()))
 
 

@@ -40,6 +40,7 @@ class Launch:
     concurrency: int
     once: bool
     stats_json: Path | None = None
+    gate: Path | None = None  # no job completes before this file exists
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,15 +71,18 @@ class Target:
 
 def jobq_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
     """The real ``consumer`` console script with a benchmark processor."""
-    spec, args = {
+    choices: dict[str, tuple[str, dict[str, object]]] = {
         "noop": ("record", {}),
         "sleep": ("sleep", {"ms": launch.work.sleep_ms}),
         "flaky": ("flaky", {"retry_rate": launch.work.retry_rate,
                             "fail_rate": launch.work.fail_rate}),
-    }[launch.work.kind]
+    }
+    spec, args = choices[launch.work.kind][0], dict(choices[launch.work.kind][1])
     argv = [str(BIN / "consumer"), "--config", str(space.config), "--queue", space.queue,
             "--concurrency", str(launch.concurrency),
             "--processor", f"benchmarks.processors:{spec}", "-a", f"dir={launch.record_dir}"]
+    if launch.gate is not None:
+        args["gate"] = str(launch.gate)
     for key, value in args.items():
         argv += ["-a", f"{key}={value}"]
     if launch.once:
@@ -94,6 +98,8 @@ def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
     argv = [sys.executable, "-m", "benchmarks.raw_pg", "--dsn", space.servers.pg_dsn,
             "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
             "--sleep-ms", str(launch.work.sleep_ms)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
     return argv + (["--once"] if launch.once else [])
 
 

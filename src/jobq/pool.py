@@ -96,7 +96,7 @@ class WorkerPool:
         self._interrupting = False
         # Job timeouts: one watchdog for the pool instead of a timer per job (a per-job
         # asyncio.timeout costs ~4 us, a tenth of a no-op job's budget).
-        self._running: dict[int, float] = {}  # slot -> monotonic start of its handler
+        self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._expiring: set[int] = set()  # slots the watchdog has cancelled
         self._workers: list[asyncio.Task[None]] = []
         self.stats = PoolStats()
@@ -205,7 +205,7 @@ class WorkerPool:
         if await self._wait_workers(workers, self._shutdown_timeout):
             return
         self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
-                          self._shutdown_timeout, len(self._running))
+                          self._shutdown_timeout, len(self._started_at))
         self._interrupting = True
         self._expire(float("inf"))
         await self._wait_workers(workers, 10.0)
@@ -234,7 +234,7 @@ class WorkerPool:
             self._expire(time.monotonic() - self._job_timeout)
 
     def _expire(self, started_before: float) -> None:
-        for slot, started in list(self._running.items()):
+        for slot, started in list(self._started_at.items()):
             if started <= started_before and slot not in self._expiring:
                 self._expiring.add(slot)
                 self._workers[slot].cancel()
@@ -247,7 +247,7 @@ class WorkerPool:
         return task.uncancel() == 0
 
     async def _work(self, slot: int) -> None:
-        queue, handler, running, expiring = self._queue, self._handler, self._running, self._expiring
+        queue, handler, started_at, expiring = self._queue, self._handler, self._started_at, self._expiring
         task = asyncio.current_task()
         assert task is not None
         while True:
@@ -259,7 +259,7 @@ class WorkerPool:
             if delivery.malformed is not None:
                 error = MalformedJob(delivery.malformed)
             else:
-                running[slot] = started
+                started_at[slot] = started
                 try:
                     await handler(delivery.job)
                 except asyncio.CancelledError:
@@ -269,7 +269,7 @@ class WorkerPool:
                 except Exception as exc:
                     error = exc
                 finally:
-                    del running[slot]
+                    del started_at[slot]
                 if slot in expiring:  # cancelled, but the handler swallowed it
                     self._expired(slot, task)
             await self._settle(delivery, error, time.monotonic() - started)
