@@ -23,6 +23,7 @@ from benchmarks.spaces import BIN, Servers, Space
 from benchmarks.targets import Launch, Target, Work
 
 READY_MARK = "consuming queue"  # what a consumer logs once it is connected and receiving
+ONCE_GRACE = 10.0  # seconds a --once consumer may keep running after every job is done
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +152,7 @@ class CaseRun:
         """Run until the consumers are done (or stopped once every job has an outcome)."""
         case, deadline = self.case, time.monotonic() + self.case.timeout
         stop_when_done = not case.once or case.kill_at > 0
+        complete_since: float | None = None
         while any(p.poll() is None for p in self.consumers):
             if time.monotonic() > deadline:
                 self.problems.append(f"timed out after {case.timeout:.0f}s")
@@ -161,8 +163,12 @@ class CaseRun:
                 victim.signal(signal.SIGKILL)
                 self.killed = victim.pid
             producing = self.producer is not None and self.producer.poll() is None
-            if stop_when_done and not producing and recorded >= case.jobs \
+            if complete_since is None and not producing and recorded >= case.jobs \
                     and outcomes(self.records, case.jobs).complete():
+                complete_since = time.monotonic()
+            # --once consumers get a grace period to notice the empty queue and exit by themselves.
+            if complete_since is not None and (
+                    stop_when_done or time.monotonic() - complete_since > ONCE_GRACE):
                 break
             time.sleep(0.02)
         for proc in self.consumers:

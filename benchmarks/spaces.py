@@ -7,6 +7,7 @@ people use the same servers.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -124,3 +125,48 @@ def beam_pids() -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+@dataclass
+class RabbitSpace:
+    """A fresh jobq queue ``bench-<hex>`` (work, dead and retry-tier queues, its DLX exchange).
+
+    The shared direct exchange is left alone: other users' queues are bound to it.
+    """
+
+    servers: Servers
+    extra_env: dict[str, str] = field(default_factory=dict)
+    backend: str = "rabbitmq"
+    config: Path = CONFIGS / "rabbitmq.yaml"
+
+    def __post_init__(self) -> None:
+        self.queue = f"bench-{uuid.uuid4().hex[:10]}"
+        self.env = {**base_env(self.servers), **self.extra_env}
+
+    def create(self) -> None:
+        """Declare the topology with the real ``jobq init``."""
+        jobq_init(self)
+
+    def drop(self) -> None:
+        """Delete the queues and the DLX exchange ``jobq init`` declared for this queue."""
+        from jobq.config import load_settings
+        from jobq.transports.rmq_topology import Topology
+
+        topology = Topology.configured(load_settings(self.config, env=self.env).rabbitmq, self.queue)
+
+        async def delete() -> None:
+            import aio_pika
+
+            connection = await aio_pika.connect(self.servers.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                for name in (topology.queue, topology.dead,
+                             *(topology.tier_name(d) for d in topology.tiers)):
+                    await channel.queue_delete(name)
+                await channel.exchange_delete(topology.dlx)
+
+        asyncio.run(delete())
+
+    def server_pids(self) -> list[int]:
+        """The broker node (its CPU includes other users' traffic on a shared broker)."""
+        return beam_pids()

@@ -31,7 +31,7 @@ UPDATE {jobs} AS j
        locked_by = %(worker)s
   FROM picked, async_commit
  WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.payload, j.headers, j.attempts, j.max_attempts, j.created_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at;
 
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
