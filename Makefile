@@ -1,10 +1,12 @@
 # make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests.
 # make demo: the main job on the real local servers.
+# make stack: the compose demo stack run natively (local servers; consumers, producer and
+#   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo lint unit install clean
+.PHONY: test demo stack lint unit install clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +27,10 @@ unit: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo
+
+STACK_ARGS ?=
+stack: $(STAMP)
+	$(PY) -m benchmarks.stack $(STACK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
