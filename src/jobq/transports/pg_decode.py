@@ -48,6 +48,6 @@ def row_to_delivery(row: Row, queue: str) -> Delivery:
         attempt=int(attempts),
         max_attempts=int(max_attempts),
         enqueued_at=created_at if isinstance(created_at, datetime) else None,
-        headers={str(k): str(v) for k, v in headers.items()},
+        headers={str(k): str(v) for k, v in headers.items()} if headers else {},
     )
     return Delivery(job=job, handle=job_id, malformed=problem)
