@@ -89,7 +89,8 @@ class Sampler:
     def stop(self) -> None:
         """Take a last sample and stop."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._sample()
 
     def _sample(self) -> None:
