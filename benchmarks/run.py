@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks import report, summary
 from benchmarks.harness import Case, run_case
 from benchmarks.progress import Progress
-from benchmarks.scenarios import FULL, QUICK, SCENARIOS, Size, scaled
+from benchmarks.scenarios import FULL, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
 from benchmarks.spaces import Servers
 from benchmarks.sysinfo import environment
 from benchmarks.targets import TARGETS, Target
@@ -40,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated (default: all)")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated (default: all)")
-    p.add_argument("--quick", action="store_true", help="small counts: under a minute")
+    p.add_argument("--scenarios", help="comma-separated (default: all; with --quick: "
+                   + ",".join(QUICK_SCENARIOS) + ")")
+    p.add_argument("--quick", action="store_true", help="small counts, fewer scenarios: under a minute")
     p.add_argument("--jobs", type=int, help="override every scenario's job count")
     p.add_argument("--repeat", type=int, default=1, help="run every case this many times (medians)")
     p.add_argument("--concurrency", type=int, help="worker concurrency of each consumer (default 32)")
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
     args = parser().parse_args(argv)
     targets = [TARGETS[n] for n in _names(args.targets, TARGETS, "targets")]
-    scenarios = _names(args.scenarios, SCENARIOS, "scenarios")
+    default = QUICK_SCENARIOS if args.quick else tuple(SCENARIOS)
+    scenarios = _names(args.scenarios or ",".join(default), SCENARIOS, "scenarios")
     size = QUICK if args.quick else FULL
     if args.jobs:
         size = scaled(size, args.jobs)

@@ -25,8 +25,9 @@ class Size:
 
 
 FULL = Size()
-QUICK = Size(drain_jobs=5_000, drain_consumers=(1, 2), io_jobs=2_000, rates=(1_000.0,),
-             latency_seconds=2.0, failure_jobs=1_000, crash_jobs=6_000)
+QUICK_SCENARIOS = ("drain", "latency", "crash")  # --quick: speed, latency, correctness
+QUICK = Size(drain_jobs=5_000, drain_consumers=(1,), io_jobs=2_000, rates=(1_000.0,),
+             latency_seconds=1.0, failure_jobs=500, crash_jobs=3_000)
 
 
 def scaled(size: Size, jobs: int) -> Size:
