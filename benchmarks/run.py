@@ -88,6 +88,8 @@ def execute(steps: list[tuple[int, Case, Target]], servers: Servers, out: Path,
         try:
             if overrides and target.family == "jobq":
                 case = replace(case, env={**case.env, **overrides})
+            if target.max_concurrency and case.concurrency > target.max_concurrency:
+                case = replace(case, concurrency=target.max_concurrency)
             result = run_case(target, case, servers, work)
         except Exception as exc:  # one broken case must not lose the others' results
             result = {"target": target.name, "scenario": case.scenario, "variant": case.variant,

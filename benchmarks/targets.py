@@ -59,6 +59,9 @@ class Target:
     settings: Callable[[Target, Space, int], dict[str, Any]] | None = None
     goal_vs_baseline: float | None = None  # issue goal: drain x1 throughput / baseline's
     goal_p99_ms: float | None = None  # issue goal: p99 latency at 1,000 jobs/s offered
+    # A cap on the scenario's concurrency, for targets that hold a server connection per
+    # running job (the server's max_connections is shared with everyone).
+    max_concurrency: int | None = None
 
     def make_space(self, servers: Servers, extra: Mapping[str, str] | None = None) -> Space:
         """A fresh space for one case, with this target's environment on top."""
@@ -98,6 +101,17 @@ def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
     argv = [sys.executable, "-m", "benchmarks.raw_pg", "--dsn", space.servers.pg_dsn,
             "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
             "--sleep-ms", str(launch.work.sleep_ms)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def raw_pg_one_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.raw_pg_one``: N connections, one job per transaction."""
+    assert isinstance(space, PostgresSpace)
+    argv = [sys.executable, "-m", "benchmarks.raw_pg_one", "--dsn", space.servers.pg_dsn,
+            "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
+            "--sleep-ms", str(launch.work.sleep_ms), "--workers", str(launch.concurrency)]
     if launch.gate is not None:
         argv += ["--gate", str(launch.gate)]
     return argv + (["--once"] if launch.once else [])
