@@ -242,6 +242,12 @@ def evaluate(run: CaseRun, out: Outcomes) -> dict[str, Any]:
     if out.unexpected:
         problems.append(f"{out.unexpected} recorded jobs were never enqueued")
     span = out.span
+    notes = []  # worth knowing, not a failure
+    if case.rate and span and out.entries / span < 0.9 * case.rate:
+        notes.append(f"completed {out.entries / span:,.0f} jobs/s of the {case.rate:,.0f} offered: "
+                     "the producer or the consumer could not keep up, latency includes the backlog")
+    if out.duplicates and not case.kill_at:
+        notes.append(f"{out.duplicates} duplicate completions without a crash")
     # CPU inside the completion window only (start-up and idle tails left out), from the
     # samples taken just before the first and the last completion.
     consumers_cpu, server_cpu, host_cpu = (
@@ -252,7 +258,7 @@ def evaluate(run: CaseRun, out: Outcomes) -> dict[str, Any]:
         "target": run.target.name, "scenario": case.scenario, "variant": case.variant,
         "consumers": case.consumers, "concurrency": case.concurrency, "jobs": case.jobs,
         "rate_offered": case.rate or None, "status": "failed" if problems else "ok",
-        "problems": problems, "throughput": round(out.throughput(), 1),
+        "problems": problems, "notes": notes, "throughput": round(out.throughput(), 1),
         "span_s": round(span, 3), "done": out.done, "dead": out.dead, "lost": out.lost,
         "duplicates": out.duplicates, "unexpected": out.unexpected,
         "latency_ms": latency_summary(out.latencies_ms), "cdf_ms": cdf(out.latencies_ms),

@@ -133,6 +133,10 @@ def render(results: Mapping[str, Any]) -> str:
         parts += [f"- {r['scenario']} {r['variant']} {r['target']}: {p}" for r in failed
                   for p in r["problems"]]
         parts.append("")
+    noted = [f"- {r['scenario']} {r['variant']} {r['target']}: {n}" for r in rows
+             for n in r.get("notes", [])]
+    if noted:
+        parts += ["## Notes", "", *noted, ""]
     parts += ["Charts: ![throughput](throughput.png) ![latency](latency.png) "
               "![latency CDF](latency_cdf.png)", ""]
     return "\n".join(parts)

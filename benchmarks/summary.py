@@ -60,6 +60,7 @@ def _row(key: tuple[str, str, str], group: Sequence[Mapping[str, Any]]) -> Row:
         "cpu": {k: _median_or_none(r["cpu"].get(k) for r in group) for k in cpu_keys},
         "status": "failed" if any(r["status"] != "ok" for r in group) else "ok",
         "problems": sorted({p for r in group for p in r["problems"]}),
+        "notes": sorted({n for r in group for n in r.get("notes", [])}),
     }
 
 
