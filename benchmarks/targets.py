@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.spaces import BIN, PostgresSpace, Servers, Space
+from benchmarks.spaces import BIN, PostgresSpace, RabbitSpace, Servers, Space
 from jobq.config import load_settings
 
 ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash"})
@@ -117,10 +117,22 @@ def raw_pg_one_consumer(target: Target, space: Space, launch: Launch) -> list[st
     return argv + (["--once"] if launch.once else [])
 
 
+def raw_amqp_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.raw_amqp``: the bare aio-pika consumer."""
+    assert isinstance(space, RabbitSpace)
+    argv = [sys.executable, "-m", "benchmarks.raw_amqp", "--url", space.servers.amqp_url,
+            "--queue", space.queue, "--dir", str(launch.record_dir),
+            "--sleep-ms", str(launch.work.sleep_ms)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
 def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
     """The consumer's effective configuration, read the way the consumer reads it."""
     s = load_settings(space.config, {"consumer.concurrency": concurrency}, env=space.env)
-    out: dict[str, Any] = {"concurrency": concurrency, "buffer": s.consumer.buffer_size}
+    out: dict[str, Any] = {"concurrency": concurrency, "buffer": s.consumer.buffer_size,
+                           "event_loop": s.event_loop}
     if target.backend == "postgres":
         pg = s.postgres
         out.update(claim=pg.claim, claim_batch_max=concurrency + s.consumer.buffer_size,
@@ -132,7 +144,8 @@ def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, A
         rmq = s.rabbitmq
         out.update(queue_type=rmq.queue_type,
                    prefetch=rmq.prefetch or concurrency + s.consumer.buffer_size,
-                   ack_interval_s=rmq.ack_interval)
+                   acks="batched, multiple=True", ack_interval_s=rmq.ack_interval,
+                   publisher_confirms="on (producer, retries)")
     return out
 
 
@@ -143,8 +156,19 @@ def raw_pg_settings(target: Target, space: Space, concurrency: int) -> dict[str,
             "concurrency": "the claimed batch (gathered) when jobs sleep"}
 
 
+def raw_amqp_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The baseline's fixed choices."""
+    s = load_settings(space.config, env=space.env)
+    return {"queue_type": s.rabbitmq.queue_type, "prefetch": 100, "acks": "one per message",
+            "event_loop": "asyncio default", "concurrency": "the prefetch window"}
+
+
 def _pg(servers: Servers, env: dict[str, str]) -> Space:
     return PostgresSpace(servers, env)
+
+
+def _rmq(servers: Servers, env: dict[str, str]) -> Space:
+    return RabbitSpace(servers, env)
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
@@ -155,4 +179,20 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(name="raw-psycopg", backend="postgres", family="baseline", space=_pg,
            consumer=raw_pg_consumer, settings=raw_pg_settings, scenarios=BASELINE_SCENARIOS,
            description="bare psycopg loop: CTE LIMIT 100 FOR UPDATE SKIP LOCKED, batched ack"),
+    Target(name="rabbitmq-quorum", backend="rabbitmq", family="jobq", space=_rmq,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-aio-pika",
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"}, goal_vs_baseline=1.2, goal_p99_ms=10.0,
+           description="jobq consumer, RabbitMQ quorum queue"),
+    Target(name="rabbitmq-classic", backend="rabbitmq", family="jobq", space=_rmq,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-aio-pika-classic",
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"}, goal_vs_baseline=1.2, goal_p99_ms=10.0,
+           description="jobq consumer, RabbitMQ classic queue"),
+    Target(name="raw-aio-pika", backend="rabbitmq", family="baseline", space=_rmq,
+           consumer=raw_amqp_consumer, settings=raw_amqp_settings, scenarios=BASELINE_SCENARIOS,
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"},
+           description="bare aio-pika consumer on a quorum queue: prefetch 100, an ack per message"),
+    Target(name="raw-aio-pika-classic", backend="rabbitmq", family="baseline", space=_rmq,
+           consumer=raw_amqp_consumer, settings=raw_amqp_settings, scenarios=frozenset({"drain"}),
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"},
+           description="the same bare consumer on a classic queue (the classic target's yardstick)"),
 )}
