@@ -10,17 +10,25 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 Row = dict[str, Any]
 COLORS = {  # one colour per target, baselines in grey shades
     "postgres-lease": "#1f77b4", "postgres-transaction": "#6baed6", "raw-psycopg": "#7f7f7f",
     "raw-psycopg-1": "#bdbdbd", "rabbitmq-quorum": "#ff7f0e", "rabbitmq-classic": "#fdae6b",
-    "raw-aio-pika": "#a6a6a6",
+    "raw-aio-pika": "#a6a6a6", "raw-aio-pika-classic": "#d0d0d0",
 }
 
 
 def _color(target: str) -> str:
     return COLORS.get(target, "#2ca02c")
+
+
+def _log_ms(axis: Any) -> None:
+    """A log axis labelled 1, 2, 5, 10, 20, 50 ... (plain numbers, no minor labels)."""
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _panels(rows: Sequence[Row], scenario_filter: Any) -> dict[str, list[Row]]:
@@ -46,13 +54,13 @@ def throughput(rows: Sequence[Row], path: Path) -> None:
         high = [max(r["throughput_max"] - v, 0) for v, r in zip(values, group, strict=True)]
         bars = ax.barh(names, values, xerr=[low, high], color=[_color(n) for n in names],
                        edgecolor=["red" if r["status"] != "ok" else "none" for r in group])
-        for bar, value in zip(bars, values, strict=True):
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:,.0f}",
-                    va="center", fontsize=8)
+        for bar, value, r in zip(bars, values, group, strict=True):
+            ax.text(max(value, r["throughput_max"]), bar.get_y() + bar.get_height() / 2,
+                    f"  {value:,.0f}", va="center", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.invert_yaxis()
         ax.set_xlabel("jobs/s")
-        ax.set_xlim(0, max([*values, 1]) * 1.3)
+        ax.set_xlim(0, max([*values, *(r["throughput_max"] for r in group), 1]) * 1.35)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
@@ -78,6 +86,7 @@ def latency(rows: Sequence[Row], path: Path) -> None:
             ax.bar(xs, ys, width, label=r["target"], color=_color(r["target"]))
         ax.set_xticks([j + width * (len(group) - 1) / 2 for j in range(len(marks))], marks)
         ax.set_yscale("log")
+        _log_ms(ax.yaxis)
         ax.set_ylabel("ms, send to completion")
         ax.set_title(f"latency at {title.split()[-1]} offered", fontsize=10)
         ax.legend(fontsize=7)
@@ -100,6 +109,7 @@ def latency_cdf(rows: Sequence[Row], path: Path) -> None:
                 ax.plot([max(p, 0.01) for p in points], fractions, label=r["target"],
                         color=_color(r["target"]))
         ax.set_xscale("log")
+        _log_ms(ax.xaxis)
         ax.set_xlabel("ms, send to completion")
         ax.set_ylabel("fraction of jobs")
         ax.grid(True, which="both", alpha=0.3)

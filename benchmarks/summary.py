@@ -54,7 +54,7 @@ def _row(key: tuple[str, str, str], group: Sequence[Mapping[str, Any]]) -> Row:
         "throughput_all": tps,
         "latency_ms": {k: round(median(r["latency_ms"].get(k, math.nan) for r in group), 3)
                        for k in latency_keys},
-        "cdf_ms": next((r["cdf_ms"] for r in group if r["cdf_ms"]), []),
+        "cdf_ms": _median_run(group)["cdf_ms"],
         "lost": sum(r["lost"] for r in group), "duplicates": sum(r["duplicates"] for r in group),
         "dead": round(median(r["dead"] for r in group)),
         "cpu": {k: _median_or_none(r["cpu"].get(k) for r in group) for k in cpu_keys},
@@ -62,6 +62,12 @@ def _row(key: tuple[str, str, str], group: Sequence[Mapping[str, Any]]) -> Row:
         "problems": sorted({p for r in group for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
     }
+
+
+def _median_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The repeat whose p99 is the median one (its CDF is the one drawn)."""
+    ranked = sorted(group, key=lambda r: r["latency_ms"].get("p99", 0.0))
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def _median_or_none(values: Any) -> float | None:
@@ -93,7 +99,7 @@ def saturation(row: Mapping[str, Any], cores: int | None = None) -> str:
     others = max(host - consumer - server, 0.0)
     where = (f"consumers {consumer:.2f} cores ({per_consumer:.2f} each), server {server:.2f}, "
              f"other processes {others:.2f}, of {cores}")
-    if host >= 0.9 * cores:
+    if host >= 0.85 * cores:
         return f"machine CPU ({where})"
     if per_consumer >= 0.85:
         return f"consumer CPU ({where})"
