@@ -141,7 +141,7 @@ def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[
     return {
         "command": command.strip(), "elapsed_s": round(elapsed, 1), "environment": env,
         "size": asdict(size),
-        "scenarios": {name: (SCENARIOS[name].__doc__ or "").strip() for name in scenarios},
+        "scenarios": {name: (SCENARIOS[name].__doc__ or "").strip().rstrip(".") for name in scenarios},
         "targets": {t.name: {"backend": t.backend, "family": t.family, "baseline": t.baseline,
                              "description": t.description, "goal_vs_baseline": t.goal_vs_baseline,
                              "goal_p99_ms": t.goal_p99_ms, "settings": settings.get(t.name, {})}
