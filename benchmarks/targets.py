@@ -19,6 +19,9 @@ from jobq.config import load_settings
 ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash"})
 # A bare loop has no retries and no lease rescue: it runs the scenarios that need neither.
 BASELINE_SCENARIOS = frozenset({"drain", "io", "latency"})
+# Transaction mode holds a connection per running job: 8 workers per process keeps four
+# processes (drain x4) well inside a shared server's max_connections.
+TXN_WORKERS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +159,13 @@ def raw_pg_settings(target: Target, space: Space, concurrency: int) -> dict[str,
             "concurrency": "the claimed batch (gathered) when jobs sleep"}
 
 
+def raw_pg_one_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The one-at-a-time baseline's fixed choices."""
+    return {"workers": concurrency, "connections": concurrency,
+            "claim": "BEGIN; ... ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED; run; UPDATE; COMMIT",
+            "commit": "server default (synchronous_commit as in Environment)"}
+
+
 def raw_amqp_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
     """The baseline's fixed choices."""
     s = load_settings(space.config, env=space.env)
@@ -179,6 +189,15 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(name="raw-psycopg", backend="postgres", family="baseline", space=_pg,
            consumer=raw_pg_consumer, settings=raw_pg_settings, scenarios=BASELINE_SCENARIOS,
            description="bare psycopg loop: CTE LIMIT 100 FOR UPDATE SKIP LOCKED, batched ack"),
+    Target(name="postgres-transaction", backend="postgres", family="jobq", space=_pg,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg-one",
+           env={"JOBQ_POSTGRES__CLAIM": "transaction"}, goal_vs_baseline=0.9,
+           max_concurrency=TXN_WORKERS,
+           description="jobq consumer, Postgres transaction mode (a transaction per running job)"),
+    Target(name="raw-psycopg-one", backend="postgres", family="baseline", space=_pg,
+           consumer=raw_pg_one_consumer, settings=raw_pg_one_settings,
+           scenarios=BASELINE_SCENARIOS, max_concurrency=TXN_WORKERS,
+           description="bare psycopg: N connections, a transaction per job (LIMIT 1 SKIP LOCKED)"),
     Target(name="rabbitmq-quorum", backend="rabbitmq", family="jobq", space=_rmq,
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-aio-pika",
            env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"}, goal_vs_baseline=1.2, goal_p99_ms=10.0,
