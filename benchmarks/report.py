@@ -21,9 +21,9 @@ def _ratio(value: float | None) -> str:
 
 def main_table(rows: Sequence[Row]) -> list[str]:
     """One line per scenario variant and target (medians over repeats)."""
-    out = ["| scenario | variant | target | procs | jobs/s | x baseline | p50 ms | p95 ms | p99 ms "
+    out = ["| scenario | variant | target | procs | jobs | jobs/s | x baseline | p50 ms | p95 ms | p99 ms "
            "| max ms | lost | dup | dead | consumer CPU s/1k | server CPU s/1k | status |",
-           "|" + "---|" * 16]
+           "|" + "---|" * 17]
     for r in rows:
         lat, cpu = r["latency_ms"], r["cpu"]
         ratio = r["vs_baseline"] if r["scenario"] != "latency" else r["p99_vs_baseline"]
@@ -31,7 +31,7 @@ def main_table(rows: Sequence[Row]) -> list[str]:
         status = "ok" if r["status"] == "ok" else "**FAILED**"
         out.append(
             f"| {r['scenario']} | {r['variant']} | {r['target']} | {r['consumers']} "
-            f"| {_num(r['throughput'])} | {ratio_text} | {_num(lat.get('p50'), 1)} "
+            f"| {r['jobs']:,} | {_num(r['throughput'])} | {ratio_text} | {_num(lat.get('p50'), 1)} "
             f"| {_num(lat.get('p95'), 1)} | {_num(lat.get('p99'), 1)} | {_num(lat.get('max'), 1)} "
             f"| {r['lost']} | {r['duplicates']} | {r['dead']} | {_num(cpu['consumers_per_1k'], 3)} "
             f"| {_num(cpu['server_per_1k'], 3)} | {status} |")

@@ -90,6 +90,8 @@ def execute(steps: list[tuple[int, Case, Target]], servers: Servers, out: Path,
                 case = replace(case, env={**case.env, **overrides})
             if target.max_concurrency and case.concurrency > target.max_concurrency:
                 case = replace(case, concurrency=target.max_concurrency)
+            if target.job_scale != 1.0 and not case.rate:
+                case = replace(case, jobs=max(100, round(case.jobs * target.job_scale)))
             result = run_case(target, case, servers, work)
         except Exception as exc:  # one broken case must not lose the others' results
             result = {"target": target.name, "scenario": case.scenario, "variant": case.variant,
