@@ -33,7 +33,8 @@ def main_table(rows: Sequence[Row]) -> list[str]:
             f"| {r['scenario']} | {r['variant']} | {r['target']} | {r['consumers']} "
             f"| {r['jobs']:,} | {_num(r['throughput'])} | {ratio_text} | {_num(lat.get('p50'), 1)} "
             f"| {_num(lat.get('p95'), 1)} | {_num(lat.get('p99'), 1)} | {_num(lat.get('max'), 1)} "
-            f"| {r['lost']} | {r['duplicates']} | {r['dead']} | {_num(cpu['consumers_per_1k'], 3)} "
+            f"| {'?' if r['lost'] is None else r['lost']} | {r['duplicates']} | {r['dead']} "
+            f"| {_num(cpu['consumers_per_1k'], 3)} "
             f"| {_num(cpu['server_per_1k'], 3)} | {status} |")
     return out
 
@@ -103,7 +104,8 @@ completion records. *x baseline* divides it by the bare-client baseline of the s
 the same run (for latency rows: p99 divided by the baseline's p99, lower is better). Latency is
 from the producer's send time to the completion, same clock, leaving out the jobs sent in the
 first 0.5 s (warm-up; their worst case is in results.json as warmup_max_ms). *lost* = enqueued jobs neither
-completed nor dead-lettered (any lost job fails the run); *dup* = completions beyond one per
+completed nor dead-lettered (any lost job fails the run; "?" when a repeat could not run at
+all, e.g. a server was unreachable); *dup* = completions beyond one per
 job (at-least-once: expected after a crash). CPU columns are CPU seconds per 1,000 jobs inside
 the completion window (sampled from /proc every 20 ms): the consumer processes and the server
 processes doing this run's work (Postgres: this run's backends; RabbitMQ: the whole broker node, which

@@ -97,7 +97,7 @@ def execute(steps: list[tuple[int, Case, Target]], servers: Servers, out: Path,
             result = {"target": target.name, "scenario": case.scenario, "variant": case.variant,
                       "consumers": case.consumers, "concurrency": case.concurrency,
                       "jobs": case.jobs, "status": "failed", "problems": [f"{type(exc).__name__}: {exc}"],
-                      "throughput": 0.0, "latency_ms": {}, "cdf_ms": [], "lost": case.jobs,
+                      "throughput": 0.0, "latency_ms": {}, "cdf_ms": [], "lost": None,
                       "duplicates": 0, "dead": 0, "cpu": {}, "settings": {}}
         result["repeat"] = rep
         runs.append(result)

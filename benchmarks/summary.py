@@ -41,8 +41,12 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3)
 
 
-def _row(key: tuple[str, str, str], group: Sequence[Mapping[str, Any]]) -> Row:
+def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Row:
     scenario, variant, target = key
+    # A repeat that could not run (lost None: a server unreachable, say) fails the row but
+    # does not drag its medians to zero.
+    measured = [r for r in all_runs if r["lost"] is not None]
+    group = measured or all_runs
     tps = [r["throughput"] for r in group]
     latency_keys = sorted({k for r in group for k in r["latency_ms"]})
     cpu_keys = ("consumers_per_1k", "server_per_1k", "consumer_cores", "server_cores", "host_cores")
@@ -55,11 +59,12 @@ def _row(key: tuple[str, str, str], group: Sequence[Mapping[str, Any]]) -> Row:
         "latency_ms": {k: round(median(r["latency_ms"].get(k, math.nan) for r in group), 3)
                        for k in latency_keys},
         "cdf_ms": _median_run(group)["cdf_ms"],
-        "lost": sum(r["lost"] for r in group), "duplicates": sum(r["duplicates"] for r in group),
+        "lost": sum(r["lost"] for r in measured) if measured else None,
+        "duplicates": sum(r["duplicates"] for r in group),
         "dead": round(median(r["dead"] for r in group)),
         "cpu": {k: _median_or_none(r["cpu"].get(k) for r in group) for k in cpu_keys},
-        "status": "failed" if any(r["status"] != "ok" for r in group) else "ok",
-        "problems": sorted({p for r in group for p in r["problems"]}),
+        "status": "failed" if any(r["status"] != "ok" for r in all_runs) else "ok",
+        "problems": sorted({p for r in all_runs for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
     }
 
