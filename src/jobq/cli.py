@@ -113,6 +113,8 @@ def producer_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--max-attempts", type=int)
     p.add_argument("--delay", type=float, default=0.0, help="seconds before the jobs are due")
+    p.add_argument("--stamp", action="store_true",
+                   help="put the send time (epoch seconds) in each payload as sent_at")
     return p
 
 

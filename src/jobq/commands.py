@@ -93,8 +93,11 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     return 130 if forced else 0
 
 
-def _payload(index: int, size: int) -> dict[str, Any]:
-    return {"n": index, "pad": "x" * size} if size else {"n": index}
+def _payload(index: int, size: int, sent_at: float | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"n": index, "pad": "x" * size} if size else {"n": index}
+    if sent_at is not None:
+        payload["sent_at"] = sent_at
+    return payload
 
 
 async def produce(settings: Settings, args: argparse.Namespace) -> int:
@@ -111,7 +114,8 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
                     size = min(size, max(1, int(args.rate / 50)))  # ~50 batches a second
                     due = started + sent / args.rate
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
-                jobs = [NewJob(kind=args.kind, payload=_payload(sent + i, args.payload_size),
+                stamp = time.time() if args.stamp else None
+                jobs = [NewJob(kind=args.kind, payload=_payload(sent + i, args.payload_size, stamp),
                                max_attempts=args.max_attempts, delay=args.delay)
                         for i in range(size)]
                 await publisher.enqueue_many(jobs)

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from jobq.job import Job, Outcome
+from jobq.metrics_jobs import JobCounts
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                     10, 30, 60, 300)
@@ -73,19 +74,11 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         labels = ("transport", "queue")
         self._values = values = (transport, queue)
-        jobs = Counter("jobq_jobs", "Jobs settled, by outcome.", (*labels, "outcome"), registry=r)
-        self._by_outcome = {o: jobs.labels(*values, o.value)
-                            for o in (Outcome.ACK, Outcome.RETRY, Outcome.DEAD)}
-        self._errors = Counter("jobq_job_errors", "Failed attempts, by exception type.",
-                               (*labels, "error"), registry=r)
-        self._duration = Histogram("jobq_job_duration_seconds", "Handler run time.", labels,
-                                   buckets=DURATION_BUCKETS, registry=r).labels(*values)
-        self._latency = Histogram(
-            "jobq_job_latency_seconds", "End to end: enqueued until settled as done (ok).",
-            labels, buckets=LATENCY_BUCKETS, registry=r).labels(*values)
-        self._redelivered = Counter(
-            "jobq_redeliveries", "Deliveries of a job delivered before (attempt > 1: after a retry, "
-            "an expired lease or a lost connection).", labels, registry=r).labels(*values)
+        # The per-job series (jobq_jobs, jobq_job_errors, jobq_job_duration_seconds,
+        # jobq_job_latency_seconds, jobq_redeliveries): plain numbers, exported on scrape.
+        self._jobs = JobCounts(values, [o.value for o in (Outcome.ACK, Outcome.RETRY, Outcome.DEAD)],
+                               DURATION_BUCKETS, LATENCY_BUCKETS)
+        r.register(self._jobs)
         self._in_flight = Gauge("jobq_in_flight", "Jobs received and not yet settled.", labels,
                                 registry=r).labels(*values)
         self._buffered = Gauge("jobq_buffered", "Jobs received and waiting for a worker.", labels,
@@ -108,15 +101,16 @@ class Metrics:
 
     def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
                 job: Job) -> None:
-        """Count one settled job (hot path: a few counter increments)."""
-        self._by_outcome[outcome].inc()
-        self._duration.observe(duration)
+        """Count one settled job (hot path: a few integer additions)."""
+        jobs = self._jobs
+        jobs.outcomes[outcome.value] += 1
+        jobs.duration.observe(duration)
         if error is not None:
-            self._errors.labels(*self._values, type(error).__name__).inc()
+            jobs.error(type(error).__name__)
         elif job.enqueued_at is not None:
-            self._latency.observe(time.time() - job.enqueued_at.timestamp())
+            jobs.latency.observe(time.time() - job.enqueued_at.timestamp())
         if job.attempt > 1:
-            self._redelivered.inc()
+            jobs.redeliveries += 1
 
     def gauges(self, in_flight: int, buffered: int) -> None:
         """Record the pool's occupancy (ignored once ``watch`` reads it at scrape time)."""

@@ -8,7 +8,15 @@
 -- claiming right now (SKIP LOCKED), so concurrent consumers never wait on each other.
 -- The UPDATE counts the attempt at claim time: a consumer that dies mid-job has still used it,
 -- which is what bounds a job that kills its process.
-WITH picked AS (
+-- CTE "async_commit" makes this one statement's commit skip the wait for the WAL flush
+-- (SET LOCAL, the session keeps its setting): the claim returns ~0.1 ms after the UPDATE
+-- instead of after an fsync (0.2-25 ms here). If the server crashes before the flush, the
+-- claim is undone and the jobs are pending again: they are handed out again, never lost,
+-- which at-least-once delivery allows.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+picked AS (
     SELECT id
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND run_at <= now()
@@ -21,14 +29,20 @@ UPDATE {jobs} AS j
        attempts = j.attempts + 1,
        locked_until = now() + make_interval(secs => %(lease)s),
        locked_by = %(worker)s
-  FROM picked
+  FROM picked, async_commit
  WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.payload, j.headers, j.attempts, j.max_attempts, j.created_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at;
 
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
+-- Asynchronous commit (see claim): an ack undone by a server crash leaves the job running
+-- until its lease expires and it runs again, as an ack lost in a consumer crash does.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
 UPDATE {jobs}
    SET status = 'done', finished_at = now(), locked_until = NULL
+  FROM async_commit
  WHERE id = ANY(%(ids)s) AND status = 'running';
 
 -- name: retry

@@ -56,6 +56,9 @@ class PostgresTransport:
         self._connect = connect
         self._queue = queue
         self._q = Queries(settings.schema)
+        # Statements rendered to bytes once: psycopg then finds their parsed form in its cache
+        # instead of composing the identifiers and re-parsing the text on every execute.
+        self._rendered: dict[str, bytes] = {}
         self._log = logger or logging.getLogger("jobq.postgres")
         self._worker = consumer_id()
         self._wake = asyncio.Event()
@@ -152,7 +155,10 @@ class PostgresTransport:
         try:
             with translated(f"postgres {name}"):
                 async with self._pool.connection() as conn:
-                    cur = await conn.execute(self._q[name], params)
+                    query = self._rendered.get(name)
+                    if query is None:
+                        query = self._rendered[name] = self._q[name].as_bytes(conn)
+                    cur = await conn.execute(query, params)
                     rows = await cur.fetchall() if fetch else []
         except ConnectionLost:
             self._lost = True

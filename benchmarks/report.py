@@ -1,0 +1,151 @@
+"""results.json into report.md: the main table, the goals, scaling, settings and environment."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from benchmarks.summary import Row
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def main_table(rows: Sequence[Row]) -> list[str]:
+    """One line per scenario variant and target (medians over repeats)."""
+    out = ["| scenario | variant | target | procs | jobs | jobs/s | x baseline | p50 ms | p95 ms | p99 ms "
+           "| max ms | lost | dup | dead | consumer CPU s/1k | server CPU s/1k | status |",
+           "|" + "---|" * 17]
+    for r in rows:
+        lat, cpu = r["latency_ms"], r["cpu"]
+        ratio = r["vs_baseline"] if r["scenario"] != "latency" else r["p99_vs_baseline"]
+        ratio_text = _ratio(ratio) + (" p99" if r["scenario"] == "latency" and ratio else "")
+        status = "ok" if r["status"] == "ok" else "**FAILED**"
+        out.append(
+            f"| {r['scenario']} | {r['variant']} | {r['target']} | {r['consumers']} "
+            f"| {r['jobs']:,} | {_num(r['throughput'])} | {ratio_text} | {_num(lat.get('p50'), 1)} "
+            f"| {_num(lat.get('p95'), 1)} | {_num(lat.get('p99'), 1)} | {_num(lat.get('max'), 1)} "
+            f"| {'?' if r['lost'] is None else r['lost']} | {r['duplicates']} | {r['dead']} "
+            f"| {_num(cpu['consumers_per_1k'], 3)} "
+            f"| {_num(cpu['server_per_1k'], 3)} | {status} |")
+    return out
+
+
+def goal_lines(rows: Sequence[Row], targets: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The issue's speed goals, each as measured in this run."""
+    by = {(r["scenario"], r["variant"], r["target"]): r for r in rows}
+    out = []
+    for name, t in targets.items():
+        one = by.get(("drain", "x1", name))
+        if t.get("goal_vs_baseline") and one and one["vs_baseline"] is not None:
+            base = by[("drain", "x1", one["baseline"])]
+            verdict = "meets" if one["vs_baseline"] >= t["goal_vs_baseline"] else "**misses**"
+            out.append(f"- {name}, drain, 1 consumer: {_num(one['throughput'])} jobs/s = "
+                       f"{one['vs_baseline']:.2f}x {one['baseline']} ({_num(base['throughput'])} "
+                       f"jobs/s); goal ≥ {t['goal_vs_baseline']}x — {verdict}")
+        at_1k = by.get(("latency", "1000/s", name))
+        if t.get("goal_p99_ms") and at_1k and "p99" in at_1k["latency_ms"]:
+            p99 = at_1k["latency_ms"]["p99"]
+            verdict = "meets" if p99 <= t["goal_p99_ms"] else "**misses**"
+            out.append(f"- {name}, latency at 1,000 jobs/s: p99 {p99:.1f} ms; goal ≤ "
+                       f"{t['goal_p99_ms']:g} ms — {verdict}")
+        two = by.get(("drain", "x2", name))
+        if t["family"] == "jobq" and two and two.get("speedup_vs_1") is not None:
+            verdict = "meets" if two["speedup_vs_1"] >= 1.6 else "below"
+            out.append(f"- {name}, 2 consumers vs 1: {two['speedup_vs_1']:.2f}x (goal ≥ 1.6x where "
+                       f"the server is not the bottleneck — {verdict}); saturated: {two['saturated']}")
+    return out
+
+
+def scaling_lines(rows: Sequence[Row]) -> list[str]:
+    """Drain speed-up with more consumer processes, and which side ran out."""
+    out = []
+    for r in rows:
+        if r.get("speedup_vs_1") is not None:
+            out.append(f"- {r['target']} x{r['consumers']}: {r['speedup_vs_1']:.2f}x one consumer; "
+                       f"saturated: {r['saturated']}")
+    return out
+
+
+def settings_table(targets: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each target's description and effective settings."""
+    out = ["| target | what | settings |", "|---|---|---|"]
+    for name, t in targets.items():
+        shown = ", ".join(f"{k}={v}" for k, v in t.get("settings", {}).items())
+        out.append(f"| {name} | {t['description']} | {shown} |")
+    return out
+
+
+def environment_lines(env: Mapping[str, Any]) -> list[str]:
+    """The machine and software the numbers come from."""
+    out = [f"- CPU: {env['cpu_model']} x {env['cpu_count']}, {env['memory_gb']} GiB, "
+           f"kernel {env['kernel']}; load average at start {env['load_average_at_start']}",
+           f"- Python {env['python']}; " + ", ".join(f"{k} {v}" for k, v in env["libraries"].items()),
+           f"- jobq commit {env['commit']}"]
+    if "postgres" in env:
+        out.append("- PostgreSQL: " + ", ".join(f"{k}={v}" for k, v in env["postgres"].items()))
+    if "rabbitmq" in env:
+        out.append("- RabbitMQ: " + ", ".join(f"{k}={v}" for k, v in env["rabbitmq"].items()))
+    return out
+
+
+READING = """\
+How to read it: *jobs/s* is the median over repeats of completions per second between the first
+and the last completion (process start-up left out), counted from the benchmark's own
+completion records. *x baseline* divides it by the bare-client baseline of the same backend in
+the same run (for latency rows: p99 divided by the baseline's p99, lower is better). Latency is
+from the producer's send time to the completion, same clock, leaving out the jobs sent in the
+first 0.5 s (warm-up; their worst case is in results.json as warmup_max_ms). *lost* = enqueued jobs neither
+completed nor dead-lettered (any lost job fails the run; "?" when a repeat could not run at
+all, e.g. a server was unreachable); *dup* = completions beyond one per
+job (at-least-once: expected after a crash). CPU columns are CPU seconds per 1,000 jobs inside
+the completion window (sampled from /proc every 20 ms): the consumer processes and the server
+processes doing this run's work (Postgres: this run's backends; RabbitMQ: the whole broker node, which
+other users of the broker also load)."""
+
+
+def render(results: Mapping[str, Any]) -> str:
+    """The whole report.md."""
+    rows, targets = results["summary"], results["targets"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    verdict = (f"**{len(failed)} of {len(rows)} rows FAILED** (see Problems)." if failed
+               else f"All {len(rows)} rows correct: lost 0 everywhere.")
+    parts = [f"# jobq benchmark — {results['environment']['date']}", "",
+             f"Command: `{results['command']}` ({results['elapsed_s']:.0f} s). {verdict}", "",
+             "## Results", "", *main_table(rows), "", READING, ""]
+    goals = goal_lines(rows, targets)
+    if goals:
+        parts += ["## Goals", "", *goals, ""]
+    scaling = scaling_lines(rows)
+    if scaling:
+        parts += ["## Scaling with consumer processes (drain)", "", *scaling, ""]
+    parts += ["## Targets and settings", "", *settings_table(targets), "",
+              "Scenarios: " + "; ".join(f"**{k}**: {v}" for k, v in results["scenarios"].items()), "",
+              "## Environment", "", *environment_lines(results["environment"]), ""]
+    if failed:
+        parts += ["## Problems", ""]
+        parts += [f"- {r['scenario']} {r['variant']} {r['target']}: {p}" for r in failed
+                  for p in r["problems"]]
+        parts.append("")
+    noted = [f"- {r['scenario']} {r['variant']} {r['target']}: {n}" for r in rows
+             for n in r.get("notes", [])]
+    if noted:
+        parts += ["## Notes", "", *noted, ""]
+    parts += ["Charts: ![throughput](throughput.png) ![latency](latency.png) "
+              "![latency CDF](latency_cdf.png)", ""]
+    return "\n".join(parts)
+
+
+def load(path: str) -> dict[str, Any]:
+    """Read a results.json."""
+    with open(path, encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data

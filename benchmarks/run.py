@@ -1,0 +1,167 @@
+"""``python -m benchmarks``: run scenarios against targets, write results.json, report.md, charts.
+
+Every case gets a fresh queue/schema and real ``producer`` / ``consumer`` processes; the
+targets of one case run back to back (and repeats interleave), so neighbours' noise on a
+shared machine hits them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report, summary
+from benchmarks.harness import Case, run_case
+from benchmarks.progress import Progress
+from benchmarks.scenarios import FULL, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
+from benchmarks.spaces import Servers
+from benchmarks.sysinfo import environment
+from benchmarks.targets import TARGETS, Target
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+    return names
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated (default: all)")
+    p.add_argument("--scenarios", help="comma-separated (default: all; with --quick: "
+                   + ",".join(QUICK_SCENARIOS) + ")")
+    p.add_argument("--quick", action="store_true", help="small counts, fewer scenarios: under a minute")
+    p.add_argument("--jobs", type=int, help="override every scenario's job count")
+    p.add_argument("--repeat", type=int, default=1, help="run every case this many times (medians)")
+    p.add_argument("--concurrency", type=int, help="worker concurrency of each consumer (default 32)")
+    p.add_argument("--drain-consumers", help="consumer process counts for drain, e.g. 1,2,4")
+    p.add_argument("--out", type=Path, help="result directory (default benchmarks/results/<time>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="a jobq setting for the jobq targets, e.g. consumer.buffer=200 (repeatable)")
+    p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    return p
+
+
+def plan(targets: list[Target], scenarios: list[str], size: Size, repeat: int
+         ) -> list[tuple[int, Case, Target]]:
+    """Every (repeat, case, target) to run, in order."""
+    steps = []
+    for rep in range(repeat):
+        for name in scenarios:
+            for case in SCENARIOS[name](size):
+                steps += [(rep, case, t) for t in targets if name in t.scenarios]
+    return steps
+
+
+def overrides_env(pairs: list[str]) -> dict[str, str]:
+    """``consumer.buffer=200`` -> ``{"JOBQ_CONSUMER__BUFFER": "200"}`` (jobq's own env overrides)."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or "." not in key:
+            raise SystemExit(f"--set expects SECTION.KEY=VALUE, got {pair!r}")
+        env["JOBQ_" + key.upper().replace(".", "__")] = value
+    return env
+
+
+def execute(steps: list[tuple[int, Case, Target]], servers: Servers, out: Path,
+            overrides: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Run every step with a progress bar; a step that crashes is recorded as failed."""
+    progress = Progress(len(steps))
+    runs = []
+    for i, (rep, case, target) in enumerate(steps):
+        label = f"{case.scenario} {case.variant} {target.name}" + (f" (repeat {rep + 1})" if rep else "")
+        progress.step(label)
+        work = out / "runs" / f"{i:03d}-{case.scenario}-{target.name}"
+        try:
+            if overrides and target.family == "jobq":
+                case = replace(case, env={**case.env, **overrides})
+            if target.max_concurrency and case.concurrency > target.max_concurrency:
+                case = replace(case, concurrency=target.max_concurrency)
+            if target.job_scale != 1.0 and not case.rate:
+                case = replace(case, jobs=max(100, round(case.jobs * target.job_scale)))
+            result = run_case(target, case, servers, work)
+        except Exception as exc:  # one broken case must not lose the others' results
+            result = {"target": target.name, "scenario": case.scenario, "variant": case.variant,
+                      "consumers": case.consumers, "concurrency": case.concurrency,
+                      "jobs": case.jobs, "status": "failed", "problems": [f"{type(exc).__name__}: {exc}"],
+                      "throughput": 0.0, "latency_ms": {}, "cdf_ms": [], "lost": None,
+                      "duplicates": 0, "dead": 0, "cpu": {}, "settings": {}}
+        result["repeat"] = rep
+        runs.append(result)
+        note = f"{label}: {result['throughput']:,.0f} jobs/s, lost {result['lost']}, {result['status']}"
+        progress.finish_step(note)
+    progress.close()
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
+    args = parser().parse_args(argv)
+    targets = [TARGETS[n] for n in _names(args.targets, TARGETS, "targets")]
+    default = QUICK_SCENARIOS if args.quick else tuple(SCENARIOS)
+    scenarios = _names(args.scenarios or ",".join(default), SCENARIOS, "scenarios")
+    size = QUICK if args.quick else FULL
+    if args.jobs:
+        size = scaled(size, args.jobs)
+    if args.concurrency:
+        size = replace(size, concurrency=args.concurrency)
+    if args.drain_consumers:
+        size = replace(size, drain_consumers=tuple(int(n) for n in args.drain_consumers.split(",")))
+    out = args.out or RESULTS / datetime.now().strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    servers = Servers.from_env()
+    started = time.monotonic()
+    env = environment(servers, {t.backend for t in targets})
+    runs = execute(plan(targets, scenarios, size, max(1, args.repeat)), servers, out,
+                   overrides_env(args.overrides))
+    results = assemble(runs, targets, scenarios, size, env, argv, time.monotonic() - started)
+    write(results, out, charts=not args.no_charts)
+    print(out / "report.md")
+    return 0 if all(r["status"] == "ok" for r in runs) else 1
+
+
+def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[str], size: Size,
+             env: dict[str, Any], argv: list[str] | None, elapsed: float) -> dict[str, Any]:
+    """The results.json document."""
+    settings = {}
+    for run in runs:  # the settings each target ran with (from its first drain-like case)
+        settings.setdefault(run["target"], run.get("settings", {}))
+    command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return {
+        "command": command.strip(), "elapsed_s": round(elapsed, 1), "environment": env,
+        "size": asdict(size),
+        "scenarios": {name: (SCENARIOS[name].__doc__ or "").strip().rstrip(".") for name in scenarios},
+        "targets": {t.name: {"backend": t.backend, "family": t.family, "baseline": t.baseline,
+                             "description": t.description, "goal_vs_baseline": t.goal_vs_baseline,
+                             "goal_p99_ms": t.goal_p99_ms, "settings": settings.get(t.name, {})}
+                    for t in targets},
+        "summary": summary.aggregate(runs, TARGETS),
+        "runs": runs,
+    }
+
+
+def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> None:
+    """results.json, report.md and (unless disabled) the PNG charts."""
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    (out / "report.md").write_text(report.render(results), encoding="utf-8")
+    if charts:
+        from benchmarks.charts import draw_all
+
+        draw_all(results["summary"], out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Clean, uniquely named places to run one case in, per backend, and the servers' processes.
+
+A Space is a fresh Postgres schema or a fresh set of RabbitMQ queues (uuid-suffixed names):
+no case sees another's jobs, and teardown removes only what the space created, since other
+people use the same servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+CONFIGS = ROOT / "configs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Servers:
+    """Where the servers are (the same values the jobq configs read from the environment)."""
+
+    pg_dsn: str = "postgresql://postgres@127.0.0.1:5432/test"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+
+    @classmethod
+    def from_env(cls) -> Servers:
+        """JOBQ_PG_DSN / JOBQ_AMQP_URL if set, else the local defaults."""
+        return cls(pg_dsn=os.environ.get("JOBQ_PG_DSN", cls.pg_dsn),
+                   amqp_url=os.environ.get("JOBQ_AMQP_URL", cls.amqp_url))
+
+
+class Space(Protocol):
+    """One case's private queue on one backend."""
+
+    backend: str
+    queue: str
+    config: Path
+    env: dict[str, str]  # what every process of the case gets (JOBQ_* overrides, app name)
+
+    def create(self) -> None:
+        """Create the schema / topology (runs the real ``jobq init``)."""
+
+    def drop(self) -> None:
+        """Remove everything create() made, and nothing else."""
+
+    def server_pids(self) -> list[int]:
+        """The server processes doing this case's work right now (for CPU accounting)."""
+
+
+def base_env(servers: Servers) -> dict[str, str]:
+    """The parent environment without JOBQ_* settings, plus the servers and our import path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
+    env["JOBQ_PG_DSN"] = servers.pg_dsn
+    env["JOBQ_AMQP_URL"] = servers.amqp_url
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def jobq_init(space: Space) -> None:
+    """``jobq init`` for the space's queue; raise with its stderr if it fails."""
+    done = subprocess.run([str(BIN / "jobq"), "init", "--config", str(space.config), "--queue",
+                           space.queue, "--log-level", "warning"], env=space.env,
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"jobq init failed ({done.returncode}): {done.stderr.strip()}")
+
+
+@dataclass
+class PostgresSpace:
+    """A fresh schema ``bench_<hex>``; backends are found by their application_name."""
+
+    servers: Servers
+    extra_env: dict[str, str] = field(default_factory=dict)
+    backend: str = "postgres"
+    queue: str = "bench"
+    config: Path = CONFIGS / "postgres.yaml"
+
+    def __post_init__(self) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.schema = f"bench_{tag}"
+        self.app = f"jobq-bench-{tag}"
+        self.env = {**base_env(self.servers), "JOBQ_POSTGRES__SCHEMA": self.schema,
+                    "PGAPPNAME": self.app, **self.extra_env}
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def create(self) -> None:
+        """Initialise the schema with the real ``jobq init``."""
+        jobq_init(self)
+
+    def drop(self) -> None:
+        """Drop the schema (cascade: the jobs table, its function, the migrations table)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        with psycopg.connect(self.servers.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+    def server_pids(self) -> list[int]:
+        """Backends serving this case's processes (they all connect with PGAPPNAME = app)."""
+        if self._conn is None:
+            self._conn = psycopg.connect(self.servers.pg_dsn, autocommit=True,
+                                         application_name="jobq-bench-monitor")
+        rows = self._conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                  (self.app,)).fetchall()
+        return [int(row[0]) for row in rows]  # type: ignore[call-overload]
+
+
+def beam_pids() -> list[int]:
+    """The RabbitMQ node's Erlang VM (``beam.smp``) on this machine, found in /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip().startswith("beam"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@dataclass
+class RabbitSpace:
+    """A fresh jobq queue ``bench-<hex>`` (work, dead and retry-tier queues, its DLX exchange).
+
+    The shared direct exchange is left alone: other users' queues are bound to it.
+    """
+
+    servers: Servers
+    extra_env: dict[str, str] = field(default_factory=dict)
+    backend: str = "rabbitmq"
+    config: Path = CONFIGS / "rabbitmq.yaml"
+
+    def __post_init__(self) -> None:
+        self.queue = f"bench-{uuid.uuid4().hex[:10]}"
+        self.env = {**base_env(self.servers), **self.extra_env}
+
+    def create(self) -> None:
+        """Declare the topology with the real ``jobq init``."""
+        jobq_init(self)
+
+    def drop(self) -> None:
+        """Delete the queues and the DLX exchange ``jobq init`` declared for this queue."""
+        from jobq.config import load_settings
+        from jobq.transports.rmq_topology import Topology
+
+        topology = Topology.configured(load_settings(self.config, env=self.env).rabbitmq, self.queue)
+
+        async def delete() -> None:
+            import aio_pika
+
+            connection = await aio_pika.connect(self.servers.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                for name in (topology.queue, topology.dead,
+                             *(topology.tier_name(d) for d in topology.tiers)):
+                    await channel.queue_delete(name)
+                await channel.exchange_delete(topology.dlx)
+
+        asyncio.run(delete())
+
+    def server_pids(self) -> list[int]:
+        """The broker node (its CPU includes other users' traffic on a shared broker)."""
+        return beam_pids()

@@ -1,0 +1,222 @@
+"""The targets a benchmark can run: jobq in each backend mode, and the bare-client baselines.
+
+A target is one entry in TARGETS: which backend space it needs, how its consumer process is
+started, which baseline its figures are divided by, and the settings that make its numbers
+comparable. Adding a backend mode is one entry here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from benchmarks.spaces import BIN, PostgresSpace, RabbitSpace, Servers, Space
+from jobq.config import load_settings
+
+ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash"})
+# A bare loop has no retries and no lease rescue: it runs the scenarios that need neither.
+BASELINE_SCENARIOS = frozenset({"drain", "io", "latency"})
+# Transaction mode holds a connection per running job: 8 workers per process keeps four
+# processes (drain x4) well inside a shared server's max_connections.
+TXN_WORKERS = 8
+TXN_JOB_SCALE = 0.2
+
+
+@dataclass(frozen=True, kw_only=True)
+class Work:
+    """What each job does: ``noop``, ``sleep`` (ms) or ``flaky`` (retryable/permanent rates)."""
+
+    kind: Literal["noop", "sleep", "flaky"] = "noop"
+    sleep_ms: float = 0.0
+    retry_rate: float = 0.0
+    fail_rate: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """How to start one consumer of a case."""
+
+    record_dir: Path
+    work: Work
+    concurrency: int
+    once: bool
+    stats_json: Path | None = None
+    gate: Path | None = None  # no job completes before this file exists
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One thing to measure."""
+
+    name: str
+    backend: Literal["postgres", "rabbitmq"]
+    family: Literal["jobq", "baseline"]
+    description: str
+    space: Callable[[Servers, dict[str, str]], Space]
+    consumer: Callable[[Target, Space, Launch], list[str]]
+    env: Mapping[str, str] = field(default_factory=dict)  # JOBQ_* overrides for this mode
+    baseline: str | None = None
+    scenarios: frozenset[str] = ALL_SCENARIOS
+    settings: Callable[[Target, Space, int], dict[str, Any]] | None = None
+    goal_vs_baseline: float | None = None  # issue goal: drain x1 throughput / baseline's
+    goal_p99_ms: float | None = None  # issue goal: p99 latency at 1,000 jobs/s offered
+    # A cap on the scenario's concurrency, for targets that hold a server connection per
+    # running job (the server's max_connections is shared with everyone).
+    max_concurrency: int | None = None
+    # Job counts of the pre-enqueued scenarios are multiplied by this: a target ~20x slower
+    # than the others drains fewer jobs so the whole run stays within its time budget (its
+    # figures are rates, and its baseline gets the same count).
+    job_scale: float = 1.0
+
+    def make_space(self, servers: Servers, extra: Mapping[str, str] | None = None) -> Space:
+        """A fresh space for one case, with this target's environment on top."""
+        return self.space(servers, {**self.env, **(extra or {})})
+
+    def describe_settings(self, space: Space, concurrency: int) -> dict[str, Any]:
+        """What the report shows about this target's configuration."""
+        return self.settings(self, space, concurrency) if self.settings else {}
+
+
+def jobq_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """The real ``consumer`` console script with a benchmark processor."""
+    choices: dict[str, tuple[str, dict[str, object]]] = {
+        "noop": ("record", {}),
+        "sleep": ("sleep", {"ms": launch.work.sleep_ms}),
+        "flaky": ("flaky", {"retry_rate": launch.work.retry_rate,
+                            "fail_rate": launch.work.fail_rate}),
+    }
+    spec, args = choices[launch.work.kind][0], dict(choices[launch.work.kind][1])
+    argv = [str(BIN / "consumer"), "--config", str(space.config), "--queue", space.queue,
+            "--concurrency", str(launch.concurrency),
+            "--processor", f"benchmarks.processors:{spec}", "-a", f"dir={launch.record_dir}"]
+    if launch.gate is not None:
+        args["gate"] = str(launch.gate)
+    for key, value in args.items():
+        argv += ["-a", f"{key}={value}"]
+    if launch.once:
+        argv.append("--once")
+    if launch.stats_json is not None:
+        argv += ["--stats-json", str(launch.stats_json)]
+    return argv
+
+
+def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.raw_pg``: the bare psycopg batch-claim loop."""
+    assert isinstance(space, PostgresSpace)
+    argv = [sys.executable, "-m", "benchmarks.raw_pg", "--dsn", space.servers.pg_dsn,
+            "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
+            "--sleep-ms", str(launch.work.sleep_ms)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def raw_pg_one_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.raw_pg_one``: N connections, one job per transaction."""
+    assert isinstance(space, PostgresSpace)
+    argv = [sys.executable, "-m", "benchmarks.raw_pg_one", "--dsn", space.servers.pg_dsn,
+            "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
+            "--sleep-ms", str(launch.work.sleep_ms), "--workers", str(launch.concurrency)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def raw_amqp_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.raw_amqp``: the bare aio-pika consumer."""
+    assert isinstance(space, RabbitSpace)
+    argv = [sys.executable, "-m", "benchmarks.raw_amqp", "--url", space.servers.amqp_url,
+            "--queue", space.queue, "--dir", str(launch.record_dir),
+            "--sleep-ms", str(launch.work.sleep_ms)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The consumer's effective configuration, read the way the consumer reads it."""
+    s = load_settings(space.config, {"consumer.concurrency": concurrency}, env=space.env)
+    out: dict[str, Any] = {"concurrency": concurrency, "buffer": s.consumer.buffer_size,
+                           "event_loop": s.event_loop}
+    if target.backend == "postgres":
+        pg = s.postgres
+        out.update(claim=pg.claim, claim_batch_max=concurrency + s.consumer.buffer_size,
+                   commit="claims and acks synchronous_commit=off (per statement)"
+                   if pg.claim == "lease" else "server default",
+                   ack_batch=pg.ack_batch, ack_interval_s=pg.ack_interval, lease_s=pg.lease,
+                   notify=pg.notify, poll_interval_s=pg.poll_interval)
+    else:
+        rmq = s.rabbitmq
+        out.update(queue_type=rmq.queue_type,
+                   prefetch=rmq.prefetch or concurrency + s.consumer.buffer_size,
+                   acks="batched, multiple=True", ack_interval_s=rmq.ack_interval,
+                   publisher_confirms="on (producer, retries)")
+    return out
+
+
+def raw_pg_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The baseline's fixed choices."""
+    return {"claim_batch": 100, "ack": "one UPDATE per claimed batch", "poll_interval_s": 0.01,
+            "commit": "server default (synchronous_commit as in Environment)",
+            "concurrency": "the claimed batch (gathered) when jobs sleep"}
+
+
+def raw_pg_one_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The one-at-a-time baseline's fixed choices."""
+    return {"workers": concurrency, "connections": concurrency,
+            "claim": "BEGIN; ... ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED; run; UPDATE; COMMIT",
+            "commit": "server default (synchronous_commit as in Environment)"}
+
+
+def raw_amqp_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The baseline's fixed choices."""
+    s = load_settings(space.config, env=space.env)
+    return {"queue_type": s.rabbitmq.queue_type, "prefetch": 100, "acks": "one per message",
+            "event_loop": "asyncio default", "concurrency": "the prefetch window"}
+
+
+def _pg(servers: Servers, env: dict[str, str]) -> Space:
+    return PostgresSpace(servers, env)
+
+
+def _rmq(servers: Servers, env: dict[str, str]) -> Space:
+    return RabbitSpace(servers, env)
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target(name="postgres-lease", backend="postgres", family="jobq", space=_pg,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg",
+           env={"JOBQ_POSTGRES__CLAIM": "lease"}, goal_vs_baseline=0.4, goal_p99_ms=20.0,
+           description="jobq consumer, Postgres lease mode (batch claims, batched acks)"),
+    Target(name="raw-psycopg", backend="postgres", family="baseline", space=_pg,
+           consumer=raw_pg_consumer, settings=raw_pg_settings, scenarios=BASELINE_SCENARIOS,
+           description="bare psycopg loop: CTE LIMIT 100 FOR UPDATE SKIP LOCKED, batched ack"),
+    Target(name="postgres-transaction", backend="postgres", family="jobq", space=_pg,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg-one",
+           env={"JOBQ_POSTGRES__CLAIM": "transaction"}, goal_vs_baseline=0.9,
+           max_concurrency=TXN_WORKERS, job_scale=TXN_JOB_SCALE,
+           description="jobq consumer, Postgres transaction mode (a transaction per running job)"),
+    Target(name="raw-psycopg-one", backend="postgres", family="baseline", space=_pg,
+           consumer=raw_pg_one_consumer, settings=raw_pg_one_settings,
+           scenarios=BASELINE_SCENARIOS, max_concurrency=TXN_WORKERS, job_scale=TXN_JOB_SCALE,
+           description="bare psycopg: N connections, a transaction per job (LIMIT 1 SKIP LOCKED)"),
+    Target(name="rabbitmq-quorum", backend="rabbitmq", family="jobq", space=_rmq,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-aio-pika",
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"}, goal_vs_baseline=1.2, goal_p99_ms=10.0,
+           description="jobq consumer, RabbitMQ quorum queue"),
+    Target(name="rabbitmq-classic", backend="rabbitmq", family="jobq", space=_rmq,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-aio-pika-classic",
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"}, goal_vs_baseline=1.2, goal_p99_ms=10.0,
+           description="jobq consumer, RabbitMQ classic queue"),
+    Target(name="raw-aio-pika", backend="rabbitmq", family="baseline", space=_rmq,
+           consumer=raw_amqp_consumer, settings=raw_amqp_settings, scenarios=BASELINE_SCENARIOS,
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"},
+           description="bare aio-pika consumer on a quorum queue: prefetch 100, an ack per message"),
+    Target(name="raw-aio-pika-classic", backend="rabbitmq", family="baseline", space=_rmq,
+           consumer=raw_amqp_consumer, settings=raw_amqp_settings, scenarios=frozenset({"drain"}),
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"},
+           description="the same bare consumer on a classic queue (the classic target's yardstick)"),
+)}

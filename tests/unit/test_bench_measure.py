@@ -1,0 +1,71 @@
+"""The benchmark's own evidence: the completion record, its verdict, the charts (no services)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.charts import draw_all
+from benchmarks.measure import count_entries, outcomes, quantile
+from benchmarks.processors import DEAD, Recorder, read_records
+from benchmarks.summary import aggregate
+from benchmarks.targets import TARGETS
+from tests.conftest import ROOT
+
+
+def test_lost_duplicates_and_strangers_are_counted_from_the_records(tmp_path: Path) -> None:
+    one, two = Recorder(tmp_path), Recorder(tmp_path)
+    for n in (0, 1, 2, 4):
+        one.add(n, 0.0)
+    two.add(2, 0.0)  # done twice: a duplicate
+    two.add(5, 0.0, DEAD)  # dead-lettered: resolved, not lost
+    two.add(99, 0.0)  # never enqueued
+    out = outcomes(tmp_path, enqueued=7)
+    assert (out.done, out.dead, out.lost, out.duplicates, out.unexpected) == (5, 1, 2, 1, 1)
+    assert not out.complete()
+    assert count_entries(tmp_path) == 7
+
+
+def test_the_record_grows_past_its_first_mapping_and_survives_kill_9(tmp_path: Path) -> None:
+    code = ("import os, sys; from benchmarks.processors import Recorder; r = Recorder(sys.argv[1]);"
+            "[r.add(n, 1.0) for n in range(40000)]; os.kill(os.getpid(), 9)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    entries = list(read_records(tmp_path))
+    assert [e.n for e in entries] == list(range(40000))  # 40,000 x 32 bytes > the 1 MiB map
+
+
+def test_latency_leaves_the_warm_up_out_and_percentiles_are_nearest_rank(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path)
+    rec.add(0, 100.0)  # sent at 100.0, finished "now": huge, but inside the warm-up
+    for n in range(1, 101):
+        rec.add(n, 1e10)  # sent in the future relative to its finish: negative, but stamped
+    out = outcomes(tmp_path, enqueued=101, warmup=0.5)
+    assert len(out.latencies_ms) == 100 and out.warmup_max_ms > 0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and quantile([1.0, 2.0], 0.99) == 2.0
+
+
+def _run(target: str, scenario: str, variant: str, tps: float, **extra: object) -> dict[str, object]:
+    return {"target": target, "scenario": scenario, "variant": variant, "consumers": 1,
+            "concurrency": 32, "jobs": 100, "throughput": tps, "latency_ms": extra.get("lat", {}),
+            "cdf_ms": extra.get("cdf", []), "lost": 0, "duplicates": 0, "dead": 0,
+            "cpu": {"consumers_per_1k": 0.01, "server_per_1k": 0.01, "consumer_cores": 0.5,
+                    "server_cores": 0.5, "host_cores": 1.0}, "status": "ok", "problems": []}
+
+
+def test_ratios_medians_and_charts_from_a_summary(tmp_path: Path) -> None:
+    lat = {"p50": 2.0, "p95": 4.0, "p99": 5.0, "max": 6.0}
+    runs = [_run("postgres-lease", "drain", "x1", v) for v in (30.0, 10.0, 20.0)]
+    runs += [_run("raw-psycopg", "drain", "x1", 40.0),
+             _run("postgres-lease", "latency", "1000/s", 1000.0, lat=lat, cdf=[1.0, 2.0, 6.0]),
+             _run("raw-psycopg", "latency", "1000/s", 1000.0, lat={**lat, "p99": 10.0})]
+    rows = {(r["scenario"], r["target"]): r for r in aggregate(runs, TARGETS)}
+    lease = rows[("drain", "postgres-lease")]
+    assert lease["throughput"] == 20.0 and lease["repeats"] == 3 and lease["vs_baseline"] == 0.5
+    assert rows[("latency", "postgres-lease")]["p99_vs_baseline"] == 0.5
+    written = {p.name for p in draw_all(list(rows.values()), tmp_path)}
+    assert written == {"throughput.png", "latency.png", "latency_cdf.png"}
