@@ -1,10 +1,11 @@
 # make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests.
 # make demo: the main job on the real local servers.
+# make chaos: the fault suite (restarts the local servers; not part of `make test`).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo lint unit install clean
+.PHONY: test demo lint unit install clean chaos
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +26,11 @@ unit: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo
+
+# 50,000 jobs per transport under kill -9, a server restart and cut connections; see
+# benchmarks/chaos.py. CHAOS_ARGS="--jobs 5000" for a quick run.
+chaos: $(STAMP)
+	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
