@@ -17,8 +17,8 @@ from dependency_injector import containers, providers
 from jobq.config import Settings
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
-from jobq.processor import as_async, load_processor
 from jobq.retry import RetryPolicy
+from jobq.routing import build_handler
 from jobq.transports.pg_admin import PostgresAdmin
 from jobq.transports.pg_connect import open_pool
 from jobq.transports.pg_publisher import PostgresPublisher
@@ -40,8 +40,8 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
 
 
 def handler(settings: Settings) -> Any:
-    """The configured processor, awaitable whatever it is."""
-    return as_async(load_processor(settings.consumer.processor, settings.consumer.processor_args))
+    """The configured processor (or per-kind processors), awaitable whatever it is."""
+    return build_handler(settings.consumer)
 
 
 class Container(containers.DeclarativeContainer):
@@ -58,6 +58,7 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Singleton(
             PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
             queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+            limits=cfg.limits,
         ),
     )
     publisher = providers.Selector(
@@ -65,6 +66,7 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Singleton(
             PostgresPublisher, pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts,
+            limits=cfg.limits,
         ),
     )
     admin = providers.Selector(

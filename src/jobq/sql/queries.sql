@@ -8,6 +8,8 @@
 -- claiming right now (SKIP LOCKED), so concurrent consumers never wait on each other.
 -- The UPDATE counts the attempt at claim time: a consumer that dies mid-job has still used it,
 -- which is what bounds a job that kills its process.
+-- payload and headers come back as JSON text: jobq checks their size before parsing them, and a
+-- value Python cannot parse becomes a dead-letter reason instead of an error mid-claim.
 WITH picked AS (
     SELECT id
       FROM {jobs}
@@ -23,7 +25,7 @@ UPDATE {jobs} AS j
        locked_by = %(worker)s
   FROM picked
  WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.payload, j.headers, j.attempts, j.max_attempts, j.created_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at;
 
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
@@ -152,3 +154,23 @@ RETURNING id;
 -- name: dead_existing
 -- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).
 SELECT id FROM {jobs} WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[]);
+
+-- name: enqueue_bounded
+-- enqueue, for a queue with limits.max_pending: only as many rows go in, in order, as the queue
+-- has room for (the caller waits and sends the rest again, then raises QueueFull).
+-- The room is counted through jobs_pending_idx and the count stops at %(cap)s, so it costs at
+-- most max_pending index entries, whatever the table holds. It takes no lock: producers
+-- inserting at the same instant can each see the same room, overshooting by their batch.
+WITH waiting AS (
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = 'pending' LIMIT %(cap)s) AS w
+)
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
+SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
+       now() + make_interval(secs => t.delay)
+  FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
+              %(max_attempts)s::int[], %(delays)s::float8[]) WITH ORDINALITY
+       AS t(kind, payload, headers, max_attempts, delay, ord)
+ WHERE t.ord <= %(cap)s - (SELECT n FROM waiting)
+ ORDER BY t.ord
+RETURNING id;

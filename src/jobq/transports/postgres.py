@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.config import ConnectConfig, PostgresConfig
+from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
@@ -50,8 +50,10 @@ class PostgresTransport:
         *,
         queue: str,
         logger: logging.Logger | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self._pool = pool
+        self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._connect = connect
         self._queue = queue
@@ -95,7 +97,7 @@ class PostgresTransport:
             self._wake.clear()
             rows = await self._claim(max_count)
             if rows:
-                return [row_to_delivery(row, self._queue) for row in rows]
+                return [row_to_delivery(row, self._queue, self._limits) for row in rows]
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
