@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 
@@ -123,6 +123,14 @@ class RabbitConfig:
     retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
     delivery_limit: int = 0  # 0: max_attempts + 2 (quorum queues only)
     ack_interval: float = 0.01
+    ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
+
+    @property
+    def connect_url(self) -> str:
+        """The URL to connect with: ``ca_file`` added as the ``cafile`` query parameter."""
+        if not self.ca_file or "cafile=" in self.url:
+            return self.url
+        return f"{self.url}{'&' if '?' in self.url else '?'}cafile={quote(self.ca_file)}"
 
     @property
     def safe_url(self) -> str:
@@ -189,6 +197,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
+    "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
 }
@@ -363,4 +372,7 @@ def load_settings(
                 except ConfigError as exc:
                     raise ConfigError(str(exc), source=layer_source) from exc
     settings: Settings = _build(Settings, data, "", source)
+    if settings.rabbitmq.ca_file and not settings.rabbitmq.url.startswith("amqps://"):
+        raise ConfigError("a CA file is only used with TLS: the url must be amqps://",
+                          key="rabbitmq.ca_file", source=source)
     return dataclasses.replace(settings, source=source)

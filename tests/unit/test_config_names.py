@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jobq.config import load_settings
@@ -44,3 +46,23 @@ def test_limits_defaults_and_bounds() -> None:
                               ("limits.max_headers", "big", "expected int")]:
         with pytest.raises(ConfigError, match=f"{key}: .*{words}"):
             load_settings(None, {key: value}, env={})
+
+
+def test_tls_ca_file_is_checked_and_passed_as_the_url_cafile(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    s = load_settings(None, {"rabbitmq.url": "amqps://u:pw@mq:5671/jobq", "rabbitmq.ca_file": str(ca)},
+                      env={})
+    assert s.rabbitmq.connect_url == f"amqps://u:pw@mq:5671/jobq?cafile={ca}"
+    s = load_settings(None, {"rabbitmq.url": "amqps://mq/?name=x", "rabbitmq.ca_file": str(ca)}, env={})
+    assert s.rabbitmq.connect_url == f"amqps://mq/?name=x&cafile={ca}"
+    assert load_settings(None, env={}).rabbitmq.connect_url == "amqp://guest:guest@127.0.0.1:5672/"
+    with pytest.raises(ConfigError, match=r"rabbitmq\.ca_file: bad value .*existing CA file"):
+        load_settings(None, {"rabbitmq.ca_file": str(tmp_path / "missing.pem")}, env={})
+    with pytest.raises(ConfigError, match=r"rabbitmq\.ca_file: .*must be amqps://"):
+        load_settings(None, {"rabbitmq.ca_file": str(ca)}, env={})
+
+
+def test_postgres_tls_settings_stay_in_the_dsn_untouched() -> None:
+    dsn = "postgresql://u@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem"
+    assert load_settings(None, {"postgres.dsn": dsn}, env={}).postgres.dsn == dsn
