@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +37,17 @@ def need_service(name: str, host: str, port: int) -> None:
     message = f"{name} on {host}:{port} does not answer"
     if IN_CI:
         pytest.fail(message + " (CI is set: service tests must not be skipped)")
+    pytest.skip(message)
+
+
+def need_tool(name: str, package: str) -> str:
+    """The path of a command-line tool; fail under CI, skip elsewhere, when it is missing."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    message = f"{name} is not installed (apt-get install {package})"
+    if IN_CI:
+        pytest.fail(message + " (CI is set: .ci/run installs it)")
     pytest.skip(message)
 
 

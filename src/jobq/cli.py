@@ -47,8 +47,9 @@ OVERRIDES = {  # argparse dest -> config key
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    # ``is`` tests, not ``in (None, False)``: 0 == False, and --metrics-port 0 means "any port".
     overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
-                 if getattr(args, dest, None) not in (None, False)}
+                 if getattr(args, dest, None) is not None and getattr(args, dest) is not False}
     if getattr(args, "processor_arg", None):
         overrides["consumer.processor_args"] = dict(args.processor_arg)
     if getattr(args, "metrics_port", None) is not None:
@@ -60,7 +61,8 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
     """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
     try:
         settings = _settings(args)
-        configure(settings.log.level, settings.log.format)
+        configure(settings.log.level, settings.log.format, transport=settings.transport,
+                  queue=settings.queue)
         return asyncio.run(main(settings))
     except ConfigError as exc:
         print(f"jobq: config error: {exc}", file=sys.stderr)

@@ -13,10 +13,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from jobq.api import resolve, wired
 from jobq.config import Settings
-from jobq.metrics import serve
+from jobq.metrics import Metrics, serve
+from jobq.monitor import Monitor, render_depth
 from jobq.transport import NewJob
 
 log = logging.getLogger("jobq")
@@ -33,31 +35,57 @@ def signals_to(stop: Any) -> Any:
             loop.remove_signal_handler(sig)
 
 
+async def _observers(settings: Settings, container: Any, pool: Any, transport: Any
+                     ) -> tuple[Metrics, WSGIServer | None, Monitor]:
+    """The metrics (watching ``pool``), their HTTP server if enabled, and the monitor."""
+    metrics: Metrics = container.metrics()
+    metrics.watch(pool, transport)
+    server = (serve(metrics, settings.metrics.host, settings.metrics.port)
+              if settings.metrics.enabled else None)
+    wanted = server is not None or settings.log.summary_interval > 0
+    probe = (await resolve(container.admin())).depth if wanted else None
+    monitor = Monitor(pool, metrics=metrics if server else None, probe=probe,
+                      depth_interval=settings.metrics.depth_interval,
+                      summary_interval=settings.log.summary_interval)
+    return metrics, server, monitor
+
+
 async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     """Run the worker pool until stopped (or drained with --once); 130 after a forced stop."""
     async with wired(settings) as container:
         pool = await resolve(container.worker_pool())
         transport = await resolve(container.transport())
-        metrics = container.metrics()
-        server = (serve(metrics, settings.metrics.host, settings.metrics.port)
-                  if settings.metrics.enabled else None)
+        metrics, server, monitor = await _observers(settings, container, pool, transport)
+        stopping: list[float] = []
+
+        def stop() -> None:
+            stopping.append(time.monotonic())
+            pool.stop()
+
         await transport.open()
         metrics.ready = True
-        log.info("consuming queue %r on %s (concurrency %d, processor %s)", settings.queue,
-                 settings.transport, settings.consumer.concurrency, settings.consumer.processor)
+        monitor.start()
+        log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
+                 settings.transport, settings.consumer.concurrency, settings.consumer.processor,
+                 f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
         try:
-            with signals_to(pool.stop):
+            with signals_to(stop):
                 stats = await pool.run()
         finally:
             metrics.ready = False
+            await monitor.stop()
             await transport.close()
+            shutdown = round(time.monotonic() - stopping[0], 3) if stopping else None
+            if shutdown is not None:
+                metrics.shutdown(shutdown)
             if server is not None:
                 server.shutdown()
         forced = pool.forced
     summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
                "released": stats.released, "settle_failures": stats.settle_failures,
                "jobs_per_second": round(stats.rate(), 1),
-               "seconds": round(time.monotonic() - stats.started_at, 3)}
+               "seconds": round(time.monotonic() - stats.started_at, 3),
+               "shutdown_seconds": shutdown}
     log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in summary.items()))
     if stats_json:
         await asyncio.to_thread(Path(stats_json).write_text, json.dumps(summary), encoding="utf-8")
@@ -109,7 +137,11 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
                 ", ".join(f"applied migration {m.version} ({m.title})" for m in applied)
                 or "up to date"))
         elif args.command == "stats":
-            _print(await admin.depth(), args.json)
+            depth = await admin.depth()
+            if args.json:
+                _print({"transport": settings.transport, "queue": settings.queue, **depth}, True)
+            else:
+                print(render_depth(depth, transport=settings.transport, queue=settings.queue))
         elif args.action == "list":
             _print(await admin.dead_list(args.limit), args.json)
         else:

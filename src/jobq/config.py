@@ -145,6 +145,7 @@ class MetricsConfig:
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 9100
+    depth_interval: float = 5.0  # seconds between queue-depth polls (jobq_queue_depth)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +154,7 @@ class LogConfig:
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
+    summary_interval: float = 30.0  # seconds between consumer summary lines at info; 0: none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +202,8 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
+    "metrics.depth_interval": (lambda v: v > 0, "> 0"),
+    "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),
 }
 
 

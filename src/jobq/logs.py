@@ -8,7 +8,9 @@ import sys
 import time
 from typing import Any
 
-_EXTRA = ("job_id", "attempt", "outcome", "duration", "queue", "transport")
+# Fields copied into a JSON line when a record carries them (``extra=`` or the context filter).
+_EXTRA = ("event", "job_id", "attempt", "outcome", "duration", "queue", "transport", "rate",
+          "ok", "retried", "dead", "in_flight", "depth", "oldest_pending_seconds")
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,11 +34,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure(level: str = "info", fmt: str = "text") -> None:
-    """Send jobq's logs to stderr in ``fmt`` at ``level`` (called once by the CLI)."""
+class _Context(logging.Filter):
+    """Stamps every record with the process's transport and queue (for JSON lines)."""
+
+    def __init__(self, context: dict[str, str]) -> None:
+        super().__init__()
+        self._context = context
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in self._context.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+def configure(level: str = "info", fmt: str = "text", **context: str) -> None:
+    """Send jobq's logs to stderr in ``fmt`` at ``level`` (called once by the CLI).
+
+    ``context`` (e.g. ``transport=``, ``queue=``) is added to every JSON line.
+    """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
+        if context:
+            handler.addFilter(_Context(context))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger("jobq")

@@ -1,52 +1,170 @@
-"""Prometheus metrics (own registry, no globals) and the /metrics, /healthz, /readyz endpoint."""
+"""Prometheus metrics (own registry, no globals) and the /metrics, /healthz, /readyz endpoint.
+
+Every series carries the labels ``transport`` and ``queue``. Per-job values are pushed by the
+pool (``settled``); occupancy, readiness and the transport's own counters are pulled at scrape
+time (``watch``), so they cost the hot path nothing; queue depth is set by the depth poller
+(``jobq.monitor``).
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
-from jobq.job import Outcome
+from jobq.job import Job, Outcome
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                     10, 30, 60, 300)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                   60, 120, 300, 600, 1800, 3600)
+
+# Counters a transport may keep as plain int attributes; exported when the transport has them.
+TRANSPORT_COUNTERS = {
+    "rescued": ("jobq_rescued_leases", "Expired leases freed by this consumer (their consumer "
+                                       "died or stalled)."),
+    "reconnects": ("jobq_reconnects", "Connections to the server re-established after a loss."),
+}
+
+
+class PoolView(Protocol):
+    """What the metrics read from a running pool at scrape time."""
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries received and not yet settled."""
+
+    @property
+    def buffered(self) -> int:
+        """Deliveries waiting for a worker."""
+
+    @property
+    def consuming(self) -> bool:
+        """Started, not stopping, and the last receive succeeded."""
+
+
+class _TransportCounters(Collector):
+    """Reads the transport's int counters when Prometheus scrapes (no per-event cost)."""
+
+    def __init__(self, transport: object, labels: tuple[str, str]) -> None:
+        self._transport = transport
+        self._labels = labels
+        self._present = [(attr, name, text) for attr, (name, text) in TRANSPORT_COUNTERS.items()
+                         if hasattr(transport, attr)]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """One counter family per attribute the transport has."""
+        for attr, name, text in self._present:
+            family = CounterMetricFamily(name, text, labels=("transport", "queue"))
+            family.add_metric(self._labels, float(getattr(self._transport, attr)))
+            yield family
 
 
 class Metrics:
-    """The pool's observer: counters by outcome and error, duration, in-flight and buffer."""
+    """The pool's observer: jobs by outcome, errors by type, duration, latency, depth, readiness."""
 
     def __init__(self, transport: str, queue: str) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = r = CollectorRegistry()
         labels = ("transport", "queue")
-        values = (transport, queue)
-        jobs = Counter("jobq_jobs", "Jobs settled, by outcome.", (*labels, "outcome"),
-                       registry=self.registry)
-        self._by_outcome = {o: jobs.labels(*values, o.value) for o in Outcome}
+        self._values = values = (transport, queue)
+        jobs = Counter("jobq_jobs", "Jobs settled, by outcome.", (*labels, "outcome"), registry=r)
+        self._by_outcome = {o: jobs.labels(*values, o.value)
+                            for o in (Outcome.ACK, Outcome.RETRY, Outcome.DEAD)}
         self._errors = Counter("jobq_job_errors", "Failed attempts, by exception type.",
-                               (*labels, "error"), registry=self.registry)
-        self._values = values
+                               (*labels, "error"), registry=r)
         self._duration = Histogram("jobq_job_duration_seconds", "Handler run time.", labels,
-                                   buckets=DURATION_BUCKETS, registry=self.registry
-                                   ).labels(*values)
+                                   buckets=DURATION_BUCKETS, registry=r).labels(*values)
+        self._latency = Histogram(
+            "jobq_job_latency_seconds", "End to end: enqueued until settled as done (ok).",
+            labels, buckets=LATENCY_BUCKETS, registry=r).labels(*values)
+        self._redelivered = Counter(
+            "jobq_redeliveries", "Deliveries of a job delivered before (attempt > 1: after a retry, "
+            "an expired lease or a lost connection).", labels, registry=r).labels(*values)
         self._in_flight = Gauge("jobq_in_flight", "Jobs received and not yet settled.", labels,
-                                registry=self.registry).labels(*values)
+                                registry=r).labels(*values)
         self._buffered = Gauge("jobq_buffered", "Jobs received and waiting for a worker.", labels,
-                               registry=self.registry).labels(*values)
-        self.ready = False
+                               registry=r).labels(*values)
+        self._depth = Gauge("jobq_queue_depth", "Jobs in the queue by state, as the server reports "
+                            "them (polled).", (*labels, "state"), registry=r)
+        self._oldest = Gauge("jobq_queue_oldest_pending_seconds", "Age of the oldest job waiting "
+                             "to run (polled; 0 when none).", labels, registry=r).labels(*values)
+        self._poll_errors = Counter("jobq_depth_poll_errors", "Depth polls that failed.", labels,
+                                    registry=r).labels(*values)
+        self._shutdown = Gauge("jobq_shutdown_seconds", "Duration of the last graceful shutdown "
+                               "(stop signal to transport closed).", labels, registry=r
+                               ).labels(*values)
+        Gauge("jobq_ready", "1 while connected and consuming (what /readyz answers).", labels,
+              registry=r).labels(*values).set_function(lambda: float(self.is_ready()))
+        self.ready = False  # set by the command once the transport is open, cleared at stop
+        self._pool: PoolView | None = None
+        self._transport: object = None
+        self._alive_at: float | None = None
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None) -> None:
-        """Count one settled job."""
+    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+                job: Job) -> None:
+        """Count one settled job (hot path: a few counter increments)."""
         self._by_outcome[outcome].inc()
         self._duration.observe(duration)
         if error is not None:
             self._errors.labels(*self._values, type(error).__name__).inc()
+        elif job.enqueued_at is not None:
+            self._latency.observe(time.time() - job.enqueued_at.timestamp())
+        if job.attempt > 1:
+            self._redelivered.inc()
 
     def gauges(self, in_flight: int, buffered: int) -> None:
-        """Record the pool's occupancy."""
-        self._in_flight.set(in_flight)
-        self._buffered.set(buffered)
+        """Record the pool's occupancy (ignored once ``watch`` reads it at scrape time)."""
+        if self._pool is None:
+            self._in_flight.set(in_flight)
+            self._buffered.set(buffered)
+
+    def watch(self, pool: PoolView, transport: object) -> None:
+        """Read occupancy, readiness and the transport's counters from these at scrape time."""
+        self._pool = pool
+        self._transport = transport
+        self._in_flight.set_function(lambda: pool.in_flight)
+        self._buffered.set_function(lambda: pool.buffered)
+        self.registry.register(_TransportCounters(transport, self._values))
+
+    def depth(self, data: Mapping[str, Any]) -> None:
+        """Record an ``admin.depth()`` answer: ``{"depth": {state: n}, "oldest_pending_seconds"}``.
+
+        A state whose count is None (the backend cannot tell) is not exported.
+        """
+        for state, count in data["depth"].items():
+            if count is not None:
+                self._depth.labels(*self._values, state).set(count)
+        self._oldest.set(data.get("oldest_pending_seconds") or 0.0)
+
+    def depth_failed(self) -> None:
+        """Count a failed depth poll."""
+        self._poll_errors.inc()
+
+    def shutdown(self, seconds: float) -> None:
+        """Record how long the last graceful shutdown took."""
+        self._shutdown.set(seconds)
+
+    def beat(self) -> None:
+        """The event loop is alive (called periodically by the monitor)."""
+        self._alive_at = time.monotonic()
+
+    def is_alive(self, stale_after: float = 30.0) -> bool:
+        """False when the event loop stopped beating for ``stale_after`` seconds."""
+        return self._alive_at is None or time.monotonic() - self._alive_at < stale_after
+
+    def is_ready(self) -> bool:
+        """Transport open, pool consuming, and the transport (if it says) connected."""
+        if not self.ready:
+            return False
+        if self._pool is not None and not self._pool.consuming:
+            return False
+        return bool(getattr(self._transport, "connected", True))
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -57,6 +175,11 @@ class _QuietHandler(WSGIRequestHandler):
 Start = Callable[[str, list[tuple[str, str]]], object]
 
 
+def _plain(start: Start, ok: bool, yes: bytes, no: bytes) -> list[bytes]:
+    start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+    return [yes if ok else no]
+
+
 def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
     """Serve /metrics, /healthz and /readyz from a daemon thread; return the server to stop."""
     prometheus = make_wsgi_app(metrics.registry)
@@ -64,12 +187,9 @@ def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
     def app(environ: dict[str, object], start: Start) -> Iterable[bytes]:
         path = environ.get("PATH_INFO")
         if path == "/healthz":
-            start("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
+            return _plain(start, metrics.is_alive(), b"ok\n", b"event loop stalled\n")
         if path == "/readyz":
-            ok = metrics.ready
-            start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ready\n" if ok else b"not ready\n"]
+            return _plain(start, metrics.is_ready(), b"ready\n", b"not ready\n")
         body: Iterable[bytes] = prometheus(environ, start)
         return body
 

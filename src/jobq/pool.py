@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError
-from jobq.job import Delivery, Outcome
+from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
 from jobq.retry import RetryPolicy, describe
 from jobq.transport import Transport
@@ -21,7 +21,8 @@ _STOP = None  # the sentinel a worker reads as "no more work"
 class PoolObserver(Protocol):
     """Receives the pool's events (metrics); must be cheap, it runs on the hot path."""
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None) -> None: ...
+    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+                job: Job) -> None: ...
 
     def gauges(self, in_flight: int, buffered: int) -> None: ...
 
@@ -95,12 +96,23 @@ class WorkerPool:
         self._force = asyncio.Event()
         self._interrupting = False
         self._scopes: dict[int, asyncio.Timeout] = {}
+        self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
 
     @property
     def in_flight(self) -> int:
         """Deliveries received and not yet settled (running or buffered)."""
         return self._outstanding
+
+    @property
+    def buffered(self) -> int:
+        """Deliveries received and waiting for a worker."""
+        return self._queue.qsize()
+
+    @property
+    def consuming(self) -> bool:
+        """False once stopping, or while receives fail (readiness; ``run`` sets stop at its end)."""
+        return not self._stop.is_set() and self.receive_failures == 0
 
     @property
     def forced(self) -> bool:
@@ -156,13 +168,13 @@ class WorkerPool:
             try:
                 batch = await self._transport.receive(room, self._receive_timeout(idle_before))
             except TransportError as exc:
-                failures += 1
+                failures = self.receive_failures = failures + 1
                 delay = min(30.0, 0.2 * 2 ** min(failures, 8))
                 self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 continue
-            failures = 0
+            failures = self.receive_failures = 0
             if not batch:
                 if self._once and idle_before:
                     self._log.info("nothing left to do (--once)")
@@ -284,7 +296,7 @@ class WorkerPool:
                 self._room.set()
         self._count(outcome)
         if self._observer is not None:
-            self._observer.settled(outcome, duration, error)
+            self._observer.settled(outcome, duration, error, job)
         if outcome is not Outcome.ACK:
             self._log.warning("job %s attempt %d/%d %s in %.3fs: %s", job.id, job.attempt,
                               job.max_attempts, outcome.value, duration, reason,

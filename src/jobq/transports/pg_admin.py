@@ -78,14 +78,12 @@ class PostgresAdmin:
         return [row[0] for row in rows]
 
     async def depth(self) -> dict[str, Any]:
-        """Job counts by state and the age in seconds of the oldest pending job."""
+        """Jobs still in the queue by state (pending, running, dead; done ones are not counted)
+        and the age in seconds of the oldest pending job (None when none waits)."""
         rows = await self._fetch("depth", {"queue": self._queue})
-        counts = {state: 0 for state in ("pending", "running", "done", "dead")}
-        oldest = None
-        for status, n, age in rows:
-            counts[status] = n
-            if status == "pending" and age is not None:
-                oldest = float(age)
+        counts = {status: int(n) for status, n, _ in rows}
+        oldest = next((float(age) for status, _, age in rows
+                       if status == "pending" and age is not None), None)
         return {"depth": counts, "oldest_pending_seconds": oldest}
 
     async def _check_ids(self, ids: Sequence[int] | None) -> None:

@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import TransportError
+from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
 from jobq.sql import Queries
@@ -65,7 +65,9 @@ class PostgresTransport:
         self._acks: list[int] = []
         self._acks_waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.rescued = 0
+        self.rescued = 0  # expired leases freed by this consumer (metrics read it)
+        self.reconnects = 0  # LISTEN and pool connections regained after a loss (metrics)
+        self._lost = False
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
@@ -159,10 +161,18 @@ class PostgresTransport:
             self._held.discard(delivery.handle)
 
     async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
-        with translated(f"postgres {name}"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(self._q[name], params)
-                return await cur.fetchall() if fetch else []
+        try:
+            with translated(f"postgres {name}"):
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(self._q[name], params)
+                    rows = await cur.fetchall() if fetch else []
+        except ConnectionLost:
+            self._lost = True
+            raise
+        if self._lost:  # the pool got its connections back after a loss
+            self._lost = False
+            self.reconnects += 1
+        return rows
 
     async def _flush(self) -> None:
         if not self._acks:
@@ -233,6 +243,8 @@ class PostgresTransport:
                 conn = await connect_once(self._cfg.dsn, self._connect, self._log)
                 async with conn:
                     await conn.execute(listen)
+                    if failures:
+                        self.reconnects += 1
                     failures = 0
                     self._wake.set()  # a notification may have been missed while away
                     async for note in conn.notifies():

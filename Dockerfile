@@ -1,0 +1,29 @@
+# The jobq image (consumer, producer and the jobq admin command) for compose/docker-compose.yml.
+# Slim base, dependencies in their own cached layer, runs as a non-root user.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies first: this layer is rebuilt only when pyproject.toml changes, not on every
+# code edit. An empty placeholder package lets pip resolve and install them; it is removed.
+COPY pyproject.toml README.md ./
+RUN mkdir -p src/jobq \
+    && touch src/jobq/__init__.py \
+    && pip install . \
+    && pip uninstall -y jobq \
+    && rm -rf src build
+
+COPY src ./src
+RUN pip install --no-deps . && rm -rf build
+COPY configs ./configs
+
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin jobq
+USER 10001:10001
+
+EXPOSE 9100
+CMD ["consumer", "--config", "configs/compose.yaml", "--transport", "postgres"]

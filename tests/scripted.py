@@ -1,0 +1,18 @@
+"""A deterministic handler for observability tests: the job's kind decides its fate."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jobq import Job, PermanentError, Retry
+
+
+async def by_kind(job: Job) -> None:
+    """``ok`` succeeds; ``flaky`` fails its first attempt (retried at once); ``bad`` dies;
+    ``hold`` runs for a minute (a job caught running; stop the consumer to end it)."""
+    if job.kind == "hold":
+        await asyncio.sleep(60)
+    if job.kind == "flaky" and job.attempt == 1:
+        raise Retry(delay=0.0, reason="the first attempt fails on purpose")
+    if job.kind == "bad":
+        raise PermanentError("bad jobs always fail")

@@ -1,0 +1,173 @@
+"""The depth poller, the summary line, JSON logs and the `jobq stats` table (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from jobq.errors import ConnectionLost
+from jobq.logs import configure
+from jobq.metrics import Metrics
+from jobq.monitor import Monitor, render_depth
+from jobq.pool import WorkerPool
+from jobq.retry import RetryPolicy
+from jobq.transports.memory import MemoryStore, MemoryTransport
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """configure() replaces the jobq logger's handlers; put the test runner's back."""
+    root = logging.getLogger("jobq")
+    saved = (root.handlers[:], root.level, root.propagate)
+    yield
+    root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
+
+
+def idle_pool() -> WorkerPool:
+    async def handler(job: Any) -> None:
+        return None
+
+    return WorkerPool(MemoryTransport(MemoryStore()), handler, RetryPolicy(), concurrency=1,
+                      buffer_size=0, job_timeout=1.0, shutdown_timeout=1.0)
+
+
+class Probe:
+    """A fake ``admin.depth`` that answers from a list, raising the exceptions in it."""
+
+    def __init__(self, *answers: Mapping[str, Any] | Exception) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def __call__(self) -> Mapping[str, Any]:
+        self.calls += 1
+        answer = self.answers[min(self.calls, len(self.answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def gauge(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, {"transport": "postgres", "queue": "q", **labels})
+
+
+async def test_poller_sets_depth_and_counts_failures(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics("postgres", "q")
+    probe = Probe({"depth": {"pending": 7, "running": 1, "dead": 2}, "oldest_pending_seconds": 4.5},
+                  ConnectionLost("down"), ConnectionLost("still down"),
+                  {"depth": {"pending": 0, "running": 0, "dead": 2}, "oldest_pending_seconds": None})
+    monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.01,
+                      summary_interval=0)
+    await monitor.poll()
+    assert gauge(metrics, "jobq_queue_depth", state="pending") == 7
+    assert gauge(metrics, "jobq_queue_depth", state="dead") == 2
+    assert gauge(metrics, "jobq_queue_oldest_pending_seconds") == 4.5
+    with caplog.at_level(logging.DEBUG, logger="jobq.monitor"):
+        await monitor.poll()
+        await monitor.poll()
+    assert gauge(metrics, "jobq_depth_poll_errors_total") == 2
+    assert gauge(metrics, "jobq_queue_depth", state="pending") == 7  # last known value kept
+    # One warning per failure streak, not one per poll.
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG]
+    await monitor.poll()
+    assert gauge(metrics, "jobq_queue_depth", state="pending") == 0
+    assert gauge(metrics, "jobq_queue_oldest_pending_seconds") == 0
+
+
+async def test_run_polls_on_its_interval_and_beats() -> None:
+    metrics = Metrics("postgres", "q")
+    probe = Probe({"depth": {"pending": 1}, "oldest_pending_seconds": 0.1})
+    monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
+                      summary_interval=0)
+    monitor.start()
+    await asyncio.sleep(0.25)
+    await monitor.stop()
+    assert 4 <= probe.calls <= 14
+    assert metrics.is_alive(stale_after=0.5)
+
+
+async def test_without_metrics_depth_is_polled_only_for_the_summary() -> None:
+    probe = Probe({"depth": {"pending": 3}, "oldest_pending_seconds": 1.0})
+    monitor = Monitor(idle_pool(), metrics=None, probe=probe, depth_interval=0.01,
+                      summary_interval=0.1)
+    monitor.start()
+    await asyncio.sleep(0.35)
+    await monitor.stop()
+    assert 2 <= probe.calls <= 4
+
+
+def test_nothing_to_do_without_metrics_or_summary() -> None:
+    monitor = Monitor(idle_pool(), metrics=None, probe=Probe(), depth_interval=1,
+                      summary_interval=0)
+    assert not monitor.needed
+
+
+async def test_summary_line_in_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure("info", "json", transport="postgres", queue="q")
+    pool = idle_pool()
+    monitor = Monitor(pool, metrics=None, probe=Probe({"depth": {"pending": 12, "running": 2},
+                                                       "oldest_pending_seconds": 3.25}),
+                      depth_interval=1, summary_interval=30)
+    mark = monitor.summary((0.0, 0, 0, 0))
+    await monitor.poll()
+    pool.stats.ok, pool.stats.retried, pool.stats.dead = 40, 3, 1
+    monitor.summary(mark)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 2
+    last = lines[-1]
+    assert last["event"] == "summary" and last["level"] == "info"
+    assert (last["ok"], last["retried"], last["dead"]) == (40, 3, 1)
+    assert last["depth"] == {"pending": 12, "running": 2}
+    assert last["oldest_pending_seconds"] == 3.25
+    assert last["rate"] > 0 and last["transport"] == "postgres" and last["queue"] == "q"
+    assert "depth pending=12 running=2" in last["msg"]
+    assert "depth" not in lines[0] and "depth unknown" in lines[0]["msg"]  # nothing polled yet
+
+
+def test_json_log_lines_carry_job_fields_and_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    configure("debug", "json", transport="rabbitmq", queue="emails")
+    logging.getLogger("jobq.pool").warning("job 7 failed", extra={"job_id": "7", "attempt": 2,
+                                                                  "outcome": "retried"})
+    line = json.loads(stream.getvalue())
+    assert line == {**line, "level": "warning", "logger": "jobq.pool", "msg": "job 7 failed",
+                    "job_id": "7", "attempt": 2, "outcome": "retried", "transport": "rabbitmq",
+                    "queue": "emails"}
+
+
+def test_stats_table() -> None:
+    text = render_depth({"depth": {"pending": 12345, "running": 4, "dead": 0},
+                         "oldest_pending_seconds": 81.25}, transport="postgres", queue="q")
+    assert text.splitlines() == [
+        "queue 'q' on postgres",
+        "state      jobs",
+        "pending  12,345",
+        "running       4",
+        "dead          0",
+        "oldest pending job: 81.2s old",
+    ]
+    empty = render_depth({"depth": {"ready": 0, "unacked": None}, "oldest_pending_seconds": None},
+                         transport="rabbitmq", queue="q")
+    assert empty.splitlines()[2:] == ["ready       0", "unacked     -",
+                                      "oldest pending job: none waiting"]
+
+
+async def test_a_broken_probe_never_stops_the_monitor() -> None:
+    metrics = Metrics("postgres", "q")
+    probe = Probe(RuntimeError("a bug in a backend"), {"no depth": 1},
+                  {"depth": {"pending": 2}, "oldest_pending_seconds": 1.0})
+    monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
+                      summary_interval=0)
+    monitor.start()
+    await asyncio.sleep(0.2)
+    await monitor.stop()
+    assert gauge(metrics, "jobq_depth_poll_errors_total") == 2
+    assert gauge(metrics, "jobq_queue_depth", state="pending") == 2
