@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from psycopg import sql
+
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
 from tests.scrape import Running, get, scrape, value, wait_for
 

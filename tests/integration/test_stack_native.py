@@ -18,6 +18,7 @@ from typing import Any
 
 import aio_pika
 import pytest
+
 from benchmarks.stack_cleanup import broker_names, drop_rabbit, owned
 from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, need_tool
 from tests.scrape import get, scrape, value, wait_for

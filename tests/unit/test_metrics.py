@@ -6,8 +6,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.scrape import get, parse, value
-
 from jobq import Job, PermanentError, Retry
 from jobq.errors import ConnectionLost
 from jobq.job import Delivery, Outcome
@@ -15,6 +13,7 @@ from jobq.metrics import Metrics, serve
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from tests.scrape import get, parse, value
 
 LABELS = {"transport": "memory", "queue": "q"}
 
