@@ -187,7 +187,7 @@ class Run:
         s.lost = len(lost | (done_unrecorded & accepted_set))
         s.duplicates = sum(n - 1 for n in recorded.values())
         s.dead = len(state.dead)
-        s.unfinished = len(state.unfinished)
+        s.unfinished = state.unfinished
         s.dead_reasons = dict(collections.Counter(state.dead.values()).most_common(10))
         if lost:
             s.problems.append(f"lost ids (first 10): {sorted(lost, key=int)[:10]}")

@@ -52,7 +52,7 @@ class FinalState:
 
     done: set[str] = field(default_factory=set)
     dead: dict[str, str] = field(default_factory=dict)  # id -> reason
-    unfinished: set[str] = field(default_factory=set)
+    unfinished: int = 0  # jobs neither done nor dead (still pending, running, queued)
 
 
 class Backend(Protocol):
@@ -211,7 +211,7 @@ class PostgresBackend:
             elif status == "dead":
                 state.dead[str(job_id)] = str(error)
             else:
-                state.unfinished.add(str(job_id))
+                state.unfinished += 1
         return state
 
     def ensure_up(self) -> None:
@@ -235,4 +235,8 @@ def make_backend(name: str) -> Backend:
         return PostgresBackend("lease")
     if name == "postgres-transaction":
         return PostgresBackend("transaction")
+    if name in ("rabbitmq-quorum", "rabbitmq-classic"):
+        from benchmarks.chaos_rabbit import RabbitBackend  # it builds on this module
+
+        return RabbitBackend(name.removeprefix("rabbitmq-"))
     raise SystemExit(f"chaos: unknown transport {name!r}")
