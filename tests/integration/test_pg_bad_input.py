@@ -69,6 +69,12 @@ def test_every_bad_row_is_dead_lettered_with_its_reason_and_the_good_ones_run(
     assert dead == bad_ids
     recorded = [line for f in tmp_path.glob("*.log") for line in f.read_text().split()]
     assert len(recorded) == 6  # the six good jobs, before and after the bad ones
+    listed = run_cli("jobq", "dead", "list", "--json", *pg_args(queue_name), env=env)
+    assert listed.returncode == 0, listed.stderr  # even the payload Python cannot parse is shown
+    rows = {row["id"]: row for row in json.loads(listed.stdout)}
+    assert {i: row["last_error"] for i, row in rows.items()} == bad_ids
+    deep_id = next(i for i, reason in bad_ids.items() if "nested too deeply" in reason)
+    assert rows[deep_id]["payload"].startswith('{"a": [[[[') and "characters)" in rows[deep_id]["payload"]
 
 
 def test_enqueue_refuses_what_breaks_the_limits_and_inserts_nothing(

@@ -132,7 +132,9 @@ INSERT INTO {migrations} (version, title) VALUES (%(version)s, %(title)s);
 SELECT pg_advisory_xact_lock(hashtext(%(key)s));
 
 -- name: dead_list
-SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload
+-- The payload as text: a dead job may be one whose payload Python cannot parse (nested too
+-- deeply); the listing must still show it.
+SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
   FROM {jobs}
  WHERE queue = %(queue)s AND status = 'dead'
  ORDER BY id
