@@ -16,7 +16,7 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 COUNT = 10_000
-TRANSPORTS = ("postgres",)
+TRANSPORTS = ("postgres", "rabbitmq")
 
 
 def run(*argv: str) -> None:

@@ -63,7 +63,8 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
         settings = _settings(args)
         configure(settings.log.level, settings.log.format, transport=settings.transport,
                   queue=settings.queue)
-        return asyncio.run(main(settings))
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            return runner.run(main(settings))
     except ConfigError as exc:
         print(f"jobq: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -78,6 +79,17 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
         return EXIT_QUEUE_FULL
     except KeyboardInterrupt:
         return EXIT_FORCED
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a command runs on: uvloop if asked for (and installed), else asyncio's."""
+    if name == "uvloop":
+        try:
+            import uvloop
+        except ImportError:  # e.g. a platform without uvloop wheels: the stock loop works too
+            return None
+        return uvloop.new_event_loop
+    return None
 
 
 def consumer_parser() -> argparse.ArgumentParser:

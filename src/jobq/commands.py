@@ -131,7 +131,9 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     async with wired(settings) as container:
         admin = await resolve(container.admin())
-        if args.command == "init":
+        if args.command == "init" and settings.transport == "rabbitmq":
+            print(await admin.init())  # the declared topology, in one line
+        elif args.command == "init":
             applied = await admin.init()
             print(f"schema {settings.postgres.schema!r}: " + (
                 ", ".join(f"applied migration {m.version} ({m.title})" for m in applied)

@@ -121,7 +121,10 @@ class RabbitConfig:
     queue_type: Literal["quorum", "classic"] = "quorum"
     prefetch: int = 0  # 0: concurrency + buffer
     retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
-    delivery_limit: int = 0  # 0: max_attempts + 2 (quorum queues only)
+    # Quorum queues only: redeliveries of one message (crashes, lost connections) after which
+    # the broker dead-letters it by itself, the last guard behind jobq's own attempt count.
+    # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.
+    delivery_limit: int = 20  # 0: no limit
     ack_interval: float = 0.01
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
@@ -163,6 +166,8 @@ class Settings:
 
     transport: Literal["postgres", "rabbitmq"] = "postgres"
     queue: str = "default"
+    # uvloop: ~10% less CPU per job than the stock loop (measured on the RabbitMQ consumer).
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     connect: ConnectConfig = field(default_factory=ConnectConfig)
@@ -201,6 +206,9 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
+    "rabbitmq.prefetch": (lambda v: 0 <= v <= 65535, "between 0 (concurrency + buffer) and 65535"),
+    "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
+    "rabbitmq.ack_interval": (lambda v: v > 0, "> 0"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),

@@ -23,6 +23,10 @@ from jobq.transports.pg_admin import PostgresAdmin
 from jobq.transports.pg_connect import open_pool
 from jobq.transports.pg_publisher import PostgresPublisher
 from jobq.transports.postgres import PostgresTransport
+from jobq.transports.rabbitmq import RabbitTransport
+from jobq.transports.rmq_admin import RabbitAdmin
+from jobq.transports.rmq_connect import RabbitLink
+from jobq.transports.rmq_publisher import RabbitPublisher
 
 
 def pg_pool_size(settings: Settings) -> int:
@@ -39,6 +43,22 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
         await pool.close()
 
 
+def rmq_prefetch(settings: Settings) -> int:
+    """RabbitMQ prefetch: as configured, else what the pool holds (concurrency plus buffer)."""
+    return settings.rabbitmq.prefetch or (settings.consumer.concurrency
+                                          + settings.consumer.buffer_size)
+
+
+async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
+    """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
+    link = RabbitLink(settings.rabbitmq.url, settings.connect, role=settings.queue, logger=logger)
+    await link.open()
+    try:
+        yield link
+    finally:
+        await link.close()
+
+
 def handler(settings: Settings) -> Any:
     """The configured processor (or per-kind processors), awaitable whatever it is."""
     return build_handler(settings.consumer)
@@ -52,6 +72,8 @@ class Container(containers.DeclarativeContainer):
     cfg = settings.provided
 
     pg_pool = providers.Resource(pg_pool, settings=settings, logger=logger)
+    rmq_link = providers.Resource(rmq_link, settings=settings,
+                                  logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"))
 
     transport = providers.Selector(
         cfg.transport,
@@ -59,6 +81,11 @@ class Container(containers.DeclarativeContainer):
             PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
             queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
             limits=cfg.limits,
+        ),
+        rabbitmq=providers.Singleton(
+            RabbitTransport, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
+            prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
+            logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"),
         ),
     )
     publisher = providers.Selector(
@@ -68,10 +95,16 @@ class Container(containers.DeclarativeContainer):
             max_attempts=cfg.retry.max_attempts,
             limits=cfg.limits,
         ),
+        rabbitmq=providers.Singleton(
+            RabbitPublisher, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
+            max_attempts=cfg.retry.max_attempts,
+        ),
     )
     admin = providers.Selector(
         cfg.transport,
         postgres=providers.Singleton(PostgresAdmin, pool=pg_pool, settings=cfg.postgres,
+                                     queue=cfg.queue),
+        rabbitmq=providers.Singleton(RabbitAdmin, link=rmq_link, settings=cfg.rabbitmq,
                                      queue=cfg.queue),
     )
 

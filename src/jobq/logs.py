@@ -64,3 +64,10 @@ def configure(level: str = "info", fmt: str = "text", **context: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # The AMQP driver logs each broker disconnect and failed connect (with tracebacks) on its
+    # own; jobq translates those at the boundary and logs one line itself. Debug shows both.
+    for name in ("aiormq", "aio_pika"):
+        driver = logging.getLogger(name)
+        driver.handlers[:] = [handler]
+        driver.setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
+        driver.propagate = False

@@ -1,0 +1,165 @@
+"""RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state.
+
+The dead queue is walked with basic.get without acking: what is not chosen goes back when the
+walking channel closes. RabbitMQ keeps no record of finished jobs and AMQP does not expose a
+queue's unacked count, so ``depth`` reports ``running`` and ``done`` as None (unknown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from jobq.config import RabbitConfig
+from jobq.errors import ConfigError, TransportError
+from jobq.transports.rmq_codec import (
+    ATTEMPT,
+    ATTEMPTS_USED,
+    DEAD_AT,
+    ERROR,
+    MAX_ATTEMPTS,
+    as_text,
+    make_message,
+)
+from jobq.transports.rmq_connect import RabbitLink, translated
+from jobq.transports.rmq_topology import Topology
+
+_DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
+
+
+def _payload(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return body.decode(errors="replace")
+
+
+def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
+    """A dead message as the same row `jobq dead list` shows for Postgres."""
+    headers = message.headers or {}
+    deaths = headers.get("x-death")
+    death = deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
+    error = headers.get(ERROR)
+    if error is None and death:  # dead-lettered by the broker itself (x-delivery-limit, ...)
+        error = (f"dead-lettered by RabbitMQ: {as_text(death.get('reason'))} "
+                 f"from {as_text(death.get('queue'))}")
+    return {
+        "id": message.message_id, "kind": message.type,
+        "attempts": headers.get(ATTEMPTS_USED, headers.get(ATTEMPT)),
+        "max_attempts": headers.get(MAX_ATTEMPTS), "last_error": error,
+        "finished_at": headers.get(DEAD_AT, death.get("time")), "payload": _payload(message.body),
+    }
+
+
+class RabbitAdmin:
+    """Topology, dead letters and stats for one queue."""
+
+    def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
+                 logger: logging.Logger | None = None) -> None:
+        self._link = link
+        self._queue = queue
+        self._topology = Topology.configured(settings, queue)
+        self._log = logger or logging.getLogger("jobq.admin")
+
+    async def init(self) -> str:
+        """Declare the topology (idempotent); return a one-line summary of it."""
+        t = self._topology
+        async with self._channel(confirms=False) as channel:
+            await t.declare(channel)
+        tiers = ", ".join(t.tier_name(d) for d in t.tiers)
+        return (f"RabbitMQ at {self._link.address}: exchange {t.exchange!r} -> {t.queue_type} queue "
+                f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}) declared")
+
+    async def depth(self) -> dict[str, Any]:
+        """Ready messages by state (retry tiers count as pending, as delayed jobs do in Postgres)."""
+        t = self._topology
+        async with self._channel(confirms=False) as channel:
+            counts = {}
+            for name in (t.queue, t.dead, *(t.tier_name(d) for d in t.tiers)):
+                queue = await channel.declare_queue(name, passive=True)
+                counts[name] = int(queue.declaration_result.message_count or 0)
+        pending = counts[t.queue] + sum(counts[t.tier_name(d)] for d in t.tiers)
+        return {"depth": {"pending": pending, "running": None, "done": None,
+                          "dead": counts[t.dead]},
+                "oldest_pending_seconds": None}
+
+    async def dead_list(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Dead jobs with their error, oldest first (they stay in the dead queue)."""
+        async with self._channel(confirms=False) as channel:
+            return [dead_row(m) for m in await self._walk(channel, limit)]
+
+    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+                           ) -> list[str]:
+        """Publish dead jobs back to the work queue with attempts reset; unknown ids are refused."""
+        t = self._topology
+        async with self._channel(confirms=False) as getter, self._channel(confirms=True) as pub:
+            chosen = self._choose(await self._walk(getter), ids, kind)
+            exchange = await pub.get_exchange(t.exchange, ensure=False)
+            for message in chosen:
+                old = message.headers or {}
+                headers = {k: v for k, v in old.items() if k not in _DEAD_HEADERS}
+                headers[ATTEMPT] = 1
+                if old.get(ERROR) is not None:
+                    headers["x-jobq-last-error"] = old[ERROR]
+                copy = make_message(message.body, headers=headers, message_id=message.message_id,
+                                    kind=message.type, timestamp=message.timestamp,
+                                    content_type=message.content_type)
+                await exchange.publish(copy, routing_key=t.queue, mandatory=True)
+                await message.ack()
+        return [str(m.message_id) for m in chosen]
+
+    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+                         ) -> list[str]:
+        """Delete dead jobs; unknown ids are refused."""
+        async with self._channel(confirms=False) as channel:
+            chosen = self._choose(await self._walk(channel), ids, kind)
+            for message in chosen:
+                await message.ack()
+        return [str(m.message_id) for m in chosen]
+
+    def _choose(self, messages: list[AbstractIncomingMessage], ids: Sequence[int] | None,
+                kind: str | None) -> list[AbstractIncomingMessage]:
+        wanted = {str(i) for i in ids} if ids else None
+        if wanted is not None:
+            missing = wanted - {str(m.message_id) for m in messages}
+            if missing:
+                raise ConfigError(f"no dead job with id {', '.join(sorted(missing))} in queue "
+                                  f"{self._queue!r}; `jobq dead list` shows them", key="--id")
+        return [m for m in messages
+                if (wanted is None or str(m.message_id) in wanted)
+                and (kind is None or m.type == kind)]
+
+    async def _walk(self, channel: AbstractChannel, limit: int | None = None
+                    ) -> list[AbstractIncomingMessage]:
+        """Take up to ``limit`` dead messages unacked (they return when the channel closes)."""
+        queue = await channel.declare_queue(self._topology.dead, passive=True)
+        taken: list[AbstractIncomingMessage] = []
+        while limit is None or len(taken) < limit:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                break
+            taken.append(message)
+        return taken
+
+    @contextlib.asynccontextmanager
+    async def _channel(self, *, confirms: bool) -> AsyncIterator[AbstractChannel]:
+        channel = await self._link.channel(confirms=confirms)
+        try:
+            with translated("rabbitmq admin"):
+                yield channel
+        except TransportError as exc:
+            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                raise TransportError(f"{exc}; run `jobq init --transport=rabbitmq` to declare "
+                                     f"queue {self._queue!r}") from exc.__cause__
+            raise
+        finally:
+            if not channel.is_closed:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+

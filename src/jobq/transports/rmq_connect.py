@@ -1,0 +1,151 @@
+"""RabbitMQ connections: open with retries and backoff, translate driver errors at the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection
+
+from jobq.config import ConnectConfig
+from jobq.errors import ConnectionLost, TransportError
+from jobq.retry import RetryPolicy
+
+# What "the link to the broker broke" looks like from aio-pika and aiormq.
+LINK_ERRORS: tuple[type[BaseException], ...] = (
+    aiormq.exceptions.AMQPConnectionError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+def server_address(url: str) -> str:
+    """``host:port`` of an AMQP URL, for messages (never the user or password)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<invalid url>"
+    default = 5671 if parts.scheme == "amqps" else 5672
+    return f"{parts.hostname or 'localhost'}:{port or default}"
+
+
+def describe_amqp(exc: BaseException) -> str:
+    """A one-line text for a driver error (aiormq puts the broker's reply in ``args[0]``)."""
+    text = " ".join(str(exc.args[0] if exc.args else exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn driver errors into jobq's: ConnectionLost when the link broke, else TransportError."""
+    try:
+        yield
+    except LINK_ERRORS as exc:
+        raise ConnectionLost(f"{what}: {describe_amqp(exc)}") from exc
+    except (aiormq.exceptions.AMQPError, RuntimeError) as exc:
+        raise TransportError(f"{what}: {describe_amqp(exc)}") from exc
+
+
+def backoff_policy(connect: ConnectConfig) -> RetryPolicy:
+    """The backoff used between connection attempts."""
+    return RetryPolicy(base_delay=connect.backoff_base, max_delay=connect.backoff_max)
+
+
+class RabbitLink:
+    """The process's AMQP connection: opened with retries, reopened after a loss.
+
+    The transport, publisher and admin open their own channels on it. ``generation`` grows with
+    every new connection, so holders of channels can tell theirs are from a dead one.
+    """
+
+    def __init__(self, url: str, connect: ConnectConfig, *, role: str,
+                 logger: logging.Logger | None = None) -> None:
+        self._url = url
+        self._connect = connect
+        self._role = role
+        self._log = logger or logging.getLogger("jobq.rabbitmq")
+        self._conn: AbstractConnection | None = None
+        self._lost = False  # the broker or the network closed the current connection
+        self.address = server_address(url)
+        self.generation = 0
+
+    @property
+    def connect_config(self) -> ConnectConfig:
+        """The retry and timeout settings this link connects with."""
+        return self._connect
+
+    @property
+    def is_open(self) -> bool:
+        """True while the current connection is up."""
+        return self._conn is not None and not self._conn.is_closed and not self._lost
+
+    async def open(self, *, attempts: int | None = None) -> None:
+        """Connect, retrying with backoff; ConnectionLost naming host:port after ``attempts`` tries.
+
+        ``attempts`` defaults to ``connect.attempts``; 0 means try until cancelled.
+        """
+        limit = self._connect.attempts if attempts is None else attempts
+        policy = backoff_policy(self._connect)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                conn = await aio_pika.connect(
+                    self._url, timeout=self._connect.timeout,
+                    client_properties={"connection_name": self._name()},
+                )
+            except aiormq.exceptions.AuthenticationError as exc:
+                raise ConnectionLost(f"RabbitMQ at {self.address} refused the login "
+                                     f"(check the user and password in rabbitmq.url)") from exc
+            except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
+                if limit and tries >= limit:
+                    raise ConnectionLost(f"cannot reach RabbitMQ at {self.address} after {tries} "
+                                         f"attempts: {describe_amqp(exc)}") from exc
+                delay = policy.backoff(tries)
+                shown = f"{tries}/{limit}" if limit else str(tries)
+                self._log.warning("cannot reach RabbitMQ at %s (attempt %s): %s; retrying in %.1fs",
+                                  self.address, shown, describe_amqp(exc), delay)
+                await asyncio.sleep(delay)
+                continue
+            self._conn = conn
+            self._lost = False
+            conn.close_callbacks.add(self._on_close)
+            self.generation += 1
+            self._log.info("connected to RabbitMQ at %s", self.address)
+            return
+
+    async def reopen(self) -> None:
+        """Drop the current connection (if any) and connect again, retrying until cancelled."""
+        await self.close()
+        await self.open(attempts=0)
+
+    async def channel(self, *, confirms: bool) -> AbstractChannel:
+        """A new channel on the current connection (publisher confirms and returns if asked)."""
+        if not self.is_open or self._conn is None:
+            raise ConnectionLost(f"not connected to RabbitMQ at {self.address}")
+        with translated("rabbitmq open channel"):
+            return await self._conn.channel(publisher_confirms=confirms, on_return_raises=confirms)
+
+    async def close(self) -> None:
+        """Close the connection; errors on the way out are of no interest."""
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def _on_close(self, sender: object, _exc: BaseException | None) -> None:
+        if sender is self._conn:
+            self._lost = True
+
+    def _name(self) -> str:
+        return f"jobq {self._role} {socket.gethostname()}:{os.getpid()}"

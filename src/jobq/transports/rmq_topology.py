@@ -1,0 +1,142 @@
+"""The RabbitMQ topology of one jobq queue, declared idempotently, with readable conflicts.
+
+::
+
+    exchange <exchange> (direct) --<q>--> <q>            work queue (quorum or classic)
+    <q> --x-dead-letter-exchange--> <q>.dlx (fanout) --> <q>.dead
+    <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
+
+Retries wait in per-delay tier queues rather than with a per-message TTL, because an expired
+message only leaves a queue from its head: one long TTL would hold back every shorter one
+behind it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiormq
+from aio_pika import ExchangeType
+from aio_pika.abc import AbstractChannel
+
+from jobq.config import RabbitConfig
+from jobq.errors import ConfigError
+
+_INEQUIVALENT = re.compile(
+    r"inequivalent arg '(?P<arg>[^']+)' for (?P<kind>queue|exchange) '(?P<name>[^']+)' "
+    r"in vhost '[^']*': received (?P<received>.+?) but current is (?P<current>.+?)\"?$")
+
+# Which setting decides each argument jobq declares, and what to change to match.
+_KEYS = {
+    "x-queue-type": "rabbitmq.queue_type",
+    "x-delivery-limit": "rabbitmq.delivery_limit",
+    "x-message-ttl": "rabbitmq.retry_tiers",
+    "x-dead-letter-exchange": "rabbitmq.exchange",
+    "x-dead-letter-routing-key": "queue",
+    "type": "rabbitmq.exchange",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Names and arguments of the exchange and queues serving one jobq queue."""
+
+    exchange: str
+    queue: str
+    queue_type: str = "quorum"
+    tiers: tuple[float, ...] = (1.0, 5.0, 30.0, 300.0)
+    delivery_limit: int = 0  # quorum only; 0: none
+
+    @classmethod
+    def build(cls, *, exchange: str, queue: str, queue_type: str, tiers: Sequence[float],
+              delivery_limit: int) -> Topology:
+        """A topology with the tiers sorted and de-duplicated."""
+        return cls(exchange, queue, queue_type, tuple(sorted(set(tiers))), delivery_limit)
+
+    @classmethod
+    def configured(cls, settings: RabbitConfig, queue: str) -> Topology:
+        """The topology of ``queue`` as ``settings`` describe it."""
+        return cls.build(exchange=settings.exchange, queue=queue, queue_type=settings.queue_type,
+                         tiers=settings.retry_tiers, delivery_limit=settings.delivery_limit)
+
+    @property
+    def dlx(self) -> str:
+        """The fanout exchange that parks dead messages in ``dead``."""
+        return f"{self.queue}.dlx"
+
+    @property
+    def dead(self) -> str:
+        """The dead-letter queue."""
+        return f"{self.queue}.dead"
+
+    def tier_name(self, delay: float) -> str:
+        """The retry tier queue holding messages for ``delay`` seconds."""
+        return f"{self.queue}.retry.{delay:g}"
+
+    def tier_for(self, delay: float) -> str | None:
+        """The tier for a wait of ``delay`` s; None for no wait (straight back to the queue).
+
+        The shortest tier not shorter than ``delay``, so a job never runs before its delay;
+        a delay beyond the longest tier waits the longest tier.
+        """
+        if delay <= 0:
+            return None
+        i = bisect.bisect_left(self.tiers, delay)
+        return self.tier_name(self.tiers[min(i, len(self.tiers) - 1)])
+
+    def work_arguments(self) -> dict[str, Any]:
+        """Arguments of the work queue."""
+        args: dict[str, Any] = {"x-queue-type": self.queue_type, "x-dead-letter-exchange": self.dlx}
+        if self.queue_type == "quorum" and self.delivery_limit > 0:
+            args["x-delivery-limit"] = self.delivery_limit
+        return args
+
+    def tier_arguments(self, delay: float) -> dict[str, Any]:
+        """Arguments of a retry tier: expire after ``delay`` and go back to the work queue."""
+        return {"x-queue-type": "classic", "x-message-ttl": round(delay * 1000),
+                "x-dead-letter-exchange": self.exchange, "x-dead-letter-routing-key": self.queue}
+
+    async def declare(self, channel: AbstractChannel) -> None:
+        """Declare everything (idempotent); ConfigError naming the argument on a conflict.
+
+        A conflict closes ``channel`` (that is how AMQP reports it): use a channel of its own.
+        """
+        try:
+            exchange = await channel.declare_exchange(self.exchange, ExchangeType.DIRECT,
+                                                      durable=True)
+            dlx = await channel.declare_exchange(self.dlx, ExchangeType.FANOUT, durable=True)
+            work = await channel.declare_queue(self.queue, durable=True,
+                                               arguments=self.work_arguments())
+            await work.bind(exchange, routing_key=self.queue)
+            dead = await channel.declare_queue(self.dead, durable=True,
+                                               arguments={"x-queue-type": self.queue_type})
+            await dead.bind(dlx, routing_key="")
+            for delay in self.tiers:
+                await channel.declare_queue(self.tier_name(delay), durable=True,
+                                            arguments=self.tier_arguments(delay))
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise explain_conflict(exc) from exc
+
+
+def explain_conflict(exc: BaseException) -> ConfigError:
+    """A PRECONDITION_FAILED from a declare, as an error saying what differs and how to fix it."""
+    text = str(exc.args[0] if exc.args else exc).strip()
+    match = _INEQUIVALENT.search(text)
+    if match is None:
+        return ConfigError(f"RabbitMQ refused the topology: {text}", key="rabbitmq")
+    arg, kind, name = match["arg"], match["kind"], match["name"]
+    key = _KEYS.get(arg, "rabbitmq")
+    if kind == "queue":
+        remedy = (f"either change {key} to match the existing queue, or delete the queue "
+                  f"(`rabbitmqctl delete_queue {name}`; its messages are lost) and run "
+                  f"`jobq init --transport=rabbitmq` again")
+    else:
+        remedy = (f"either use another exchange name ({key}) or delete the existing exchange, "
+                  f"then run `jobq init --transport=rabbitmq` again")
+    return ConfigError(
+        f"{kind} {name!r} already exists with {arg} = {match['current']}, but this config "
+        f"declares {arg} = {match['received']}: {remedy}", key=key)

@@ -1,0 +1,123 @@
+"""One face for both backends in tests: run the real CLIs on a queue of its own, read the result.
+
+``Backend`` runs ``jobq``/``producer``/``consumer`` with the backend's config file, and reads
+outcomes through ``jobq dead list --json`` and ``jobq stats --json``, which answer in the same
+shape on both. Only ``inject_malformed`` speaks to the server directly, since no jobq path
+writes a bad message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+import aio_pika
+from psycopg import sql
+
+from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, run_cli, start_cli
+
+DEFAULT_TIERS = (1, 5, 30, 300)
+
+
+@dataclass
+class Backend:
+    """A transport, a queue only this test uses, and the environment the CLIs run with."""
+
+    transport: str
+    queue: str
+    env: dict[str, str]
+    schema: str | None = None
+    tiers: tuple[float, ...] = DEFAULT_TIERS
+    extra_tiers: set[float] = field(default_factory=set)
+
+    def set(self, **overrides: str) -> None:
+        """Set ``JOBQ_<KEY>`` overrides (``RETRY__BASE_DELAY="0.1"``) for later commands."""
+        for key, value in overrides.items():
+            self.env[f"JOBQ_{key}"] = value
+            if key == "RABBITMQ__RETRY_TIERS":
+                self.extra_tiers.update(float(x) for x in json.loads(value))
+
+    def args(self) -> list[str]:
+        """The config file and queue every command gets."""
+        return ["--config", str(ROOT / "configs" / f"{self.transport}.yaml"), "--queue", self.queue]
+
+    def argv(self, name: str, args: tuple[str, ...]) -> list[str]:
+        """Arguments for ``name``: the ``jobq`` sub-command comes before the common ones."""
+        if name == "jobq":
+            return [args[0], *self.args(), *args[1:]]
+        return [*self.args(), *args]
+
+    def run(self, name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a CLI to completion."""
+        return run_cli(name, *self.argv(name, args), env=self.env, timeout=timeout)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[str]:
+        """Start a CLI in the background."""
+        return start_cli(name, *self.argv(name, args), env=self.env)
+
+    def produce(self, count: int, *extra: str) -> None:
+        """Enqueue ``count`` generated jobs with the real producer."""
+        result = self.run("producer", "--count", str(count), *extra)
+        assert result.returncode == 0, result.stderr
+
+    def dead(self) -> list[dict[str, Any]]:
+        """The queue's dead jobs, as ``jobq dead list --json`` shows them."""
+        result = self.run("jobq", "dead", "list", "--json", "--limit", "1000")
+        assert result.returncode == 0, result.stderr
+        rows: list[dict[str, Any]] = json.loads(result.stdout)
+        return rows
+
+    def depth(self) -> dict[str, Any]:
+        """``jobq stats --json``."""
+        result = self.run("jobq", "stats", "--json")
+        assert result.returncode == 0, result.stderr
+        depth: dict[str, Any] = json.loads(result.stdout)["depth"]
+        return depth
+
+    def inject_malformed(self) -> None:
+        """Put one message whose payload is not a JSON object where consumers will take it."""
+        if self.transport == "postgres":
+            assert self.schema is not None
+            fetch(PG_DSN, sql.SQL("INSERT INTO {} (queue, kind, payload) VALUES (%s, 'ok', %s) "
+                                  "RETURNING id").format(sql.Identifier(self.schema, "jobs")),
+                  [self.queue, "[1, 2, 3]"])
+        else:
+            asyncio.run(publish_raw(self.queue, b"[1, 2, 3]", message_id="4242", kind="ok"))
+
+    def cleanup(self) -> None:
+        """Delete what the test declared on RabbitMQ (Postgres schemas go with their fixture)."""
+        if self.transport == "rabbitmq":
+            asyncio.run(drop_topology(self.queue, (*self.tiers, *self.extra_tiers)))
+
+
+async def publish_raw(queue: str, body: bytes, *, message_id: str | None, kind: str | None,
+                      exchange: str = "jobq") -> None:
+    """Publish bytes to a jobq queue by hand (as a foreign or broken producer would)."""
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        channel = await connection.channel()
+        target = await channel.get_exchange(exchange)
+        await target.publish(aio_pika.Message(body, message_id=message_id, type=kind,
+                                              delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                             routing_key=queue)
+
+
+async def drop_topology(queue: str, tiers: tuple[float, ...] = DEFAULT_TIERS) -> None:
+    """Delete the queues and the dead-letter exchange jobq declares for ``queue``."""
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        channel = await connection.channel()
+        for name in (queue, f"{queue}.dead", *(f"{queue}.retry.{t:g}" for t in set(tiers))):
+            await channel.queue_delete(name)
+        await channel.exchange_delete(f"{queue}.dlx")
+
+
+def rabbit_backend(queue: str) -> Backend:
+    """A RabbitMQ backend on ``queue`` (topology declared by ``jobq init``)."""
+    backend = Backend("rabbitmq", queue, cli_env())
+    result = backend.run("jobq", "init")
+    assert result.returncode == 0, result.stderr
+    return backend

@@ -1,0 +1,163 @@
+"""One suite, every transport: the same job story must end the same way on each.
+
+Each test drives the real ``producer``, ``consumer`` and ``jobq`` commands against the real
+server, on a queue (and for Postgres a schema) of its own, and reads the outcome through the
+handler's event log (tests/contract/story.py) and ``jobq dead list`` / ``jobq stats``.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import schema_env
+from tests.contract.backends import Backend, rabbit_backend
+from tests.contract.story import RETRY_DELAY, events
+
+STORY = "tests.contract.story:story"
+
+
+@pytest.fixture(params=["postgres", "rabbitmq"])
+def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
+    """The backend under test, on a fresh queue; what it declared is removed afterwards."""
+    if request.param == "postgres":
+        schema = request.getfixturevalue("schema")
+        yield Backend("postgres", queue_name, schema_env(schema), schema=schema)
+        return
+    request.getfixturevalue("amqp_url")
+    backend = rabbit_backend(queue_name)
+    try:
+        yield backend
+    finally:
+        backend.cleanup()
+
+
+def consumer_args(directory: Path, *extra: str) -> list[str]:
+    return ["--processor", STORY, "-a", f"directory={directory}", *extra]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def stop(process: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
+    """SIGTERM, wait, return the exit code and stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=timeout)
+    return process.returncode, err
+
+
+def by_event(rows: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["event"] == event]
+
+
+def test_success_and_once_exits_when_drained(backend: Backend, tmp_path: Path) -> None:
+    backend.produce(20, "--kind", "ok")
+    assert backend.depth()["pending"] == 20
+
+    done = backend.run("consumer", "--once", *consumer_args(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    ok = by_event(events(tmp_path), "ok")
+    assert len({r["id"] for r in ok}) == len(ok) == 20
+    assert all(r["attempt"] == 1 for r in ok)
+    assert backend.depth()["pending"] == 0
+    again = backend.run("consumer", "--once", *consumer_args(tmp_path), timeout=30)
+    assert again.returncode == 0, again.stderr
+    assert len(by_event(events(tmp_path), "ok")) == 20  # an empty queue: nothing ran, exit 0
+
+
+def test_retry_is_not_run_again_before_its_delay(backend: Backend, tmp_path: Path) -> None:
+    backend.produce(1, "--kind", "retry")
+    consumer = backend.start("consumer", *consumer_args(tmp_path))
+    try:
+        assert wait_for(lambda: by_event(events(tmp_path), "ok"), 20), "retry never succeeded"
+    finally:
+        code, err = stop(consumer)
+    assert code == 0, err
+    rows = events(tmp_path)
+    assert [(r["event"], r["attempt"]) for r in rows] == [
+        ("start", 1), ("fail", 1), ("start", 2), ("ok", 2)]
+    waited = rows[2]["t"] - rows[1]["t"]
+    assert waited >= RETRY_DELAY, f"run again after {waited:.3f}s, before its {RETRY_DELAY}s delay"
+    assert backend.dead() == []
+
+
+def test_permanent_failure_is_dead_lettered_with_reason(backend: Backend, tmp_path: Path) -> None:
+    backend.produce(1, "--kind", "fail")
+    backend.produce(3, "--kind", "ok")
+
+    done = backend.run("consumer", "--once", *consumer_args(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    assert len(by_event(events(tmp_path), "ok")) == 3
+    (dead,) = backend.dead()
+    assert dead["kind"] == "fail" and dead["attempts"] == 1
+    assert dead["last_error"] == "PermanentError: this job can never work"
+    assert backend.depth()["pending"] == 0
+
+
+def test_malformed_message_is_dead_lettered_and_never_run(backend: Backend, tmp_path: Path) -> None:
+    backend.inject_malformed()
+    backend.produce(3, "--kind", "ok")
+
+    done = backend.run("consumer", "--once", *consumer_args(tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    rows = events(tmp_path)
+    assert len(by_event(rows, "ok")) == 3 and len({r["id"] for r in rows}) == 3
+    (dead,) = backend.dead()
+    assert dead["last_error"].startswith("MalformedJob: ")
+    assert "not a JSON object" in dead["last_error"]
+
+
+def test_exhausted_attempts_are_dead_lettered(backend: Backend, tmp_path: Path) -> None:
+    backend.set(RETRY__BASE_DELAY="0.05", RETRY__MAX_DELAY="0.2", RABBITMQ__RETRY_TIERS="[0.2]")
+    backend.produce(1, "--kind", "flaky", "--max-attempts", "3")
+    consumer = backend.start("consumer", *consumer_args(tmp_path))
+    try:
+        assert wait_for(lambda: len(by_event(events(tmp_path), "fail")) >= 3, 20)
+    finally:
+        code, err = stop(consumer)
+    assert code == 0, err
+    assert [r["attempt"] for r in by_event(events(tmp_path), "start")] == [1, 2, 3]
+    (dead,) = backend.dead()
+    assert dead["attempts"] == 3 and dead["max_attempts"] == 3
+    assert dead["last_error"] == ("RuntimeError: flaky failure on attempt 3 "
+                                  "(gave up after 3 of 3 attempts)")
+
+
+def test_graceful_shutdown_releases_unstarted_jobs(backend: Backend, tmp_path: Path) -> None:
+    backend.set(CONSUMER__BUFFER="2")
+    backend.produce(8, "--kind", "slow")
+    consumer = backend.start("consumer", "--concurrency", "2",
+                             *consumer_args(tmp_path, "-a", "slow_ms=1500"))
+    try:
+        assert wait_for(lambda: len(by_event(events(tmp_path), "start")) == 2, 20)
+        time.sleep(0.3)  # the buffer fills behind the two running jobs
+    finally:
+        code, err = stop(consumer)
+    assert code == 0, err
+    assert "released=2" in err
+    first = events(tmp_path)
+    assert len(by_event(first, "ok")) == 2  # the running jobs were let finish
+
+    done = backend.run("consumer", "--once", *consumer_args(tmp_path, "-a", "slow_ms=0"))
+
+    assert done.returncode == 0, done.stderr
+    rest = events(tmp_path)[len(first):]
+    assert len(by_event(rest, "ok")) == 6
+    assert {r["id"] for r in by_event(first + rest, "ok")} == {r["id"] for r in first + rest}
+    assert all(r["attempt"] == 1 for r in rest), (rest, err)  # released: not counted
+    assert backend.dead() == []

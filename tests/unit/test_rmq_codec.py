@@ -1,0 +1,86 @@
+"""Jobs as AMQP messages and back, malformed messages included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pamqp.commands import Basic
+
+from jobq.errors import MalformedJob
+from jobq.transport import NewJob
+from jobq.transports.rmq_codec import decode, encode, republish
+
+
+def props(message_id: str | None = "7", kind: str | None = "email", **headers: Any
+          ) -> Basic.Properties:
+    return Basic.Properties(message_id=message_id, message_type=kind,
+                            headers={"x-jobq-attempt": 1, "x-jobq-max-attempts": 4, **headers})
+
+
+def read(body: bytes, p: Basic.Properties, redelivered: bool = False) -> tuple[Any, str | None]:
+    return decode(body, p, redelivered=redelivered, queue="q", max_attempts=9, fallback_id="amqp-1")
+
+
+def test_round_trip() -> None:
+    message = encode(NewJob(kind="email", payload={"to": "a@b"}, headers={"trace": "t1"}),
+                     job_id="42", max_attempts=3)
+    assert message.message_id == "42" and message.type == "email"
+    assert message.delivery_mode == 2 and message.content_type == "application/json"
+    assert message.timestamp is not None
+    job, problem = read(message.body, message.properties)
+    assert problem is None
+    assert (job.id, job.kind, job.payload, job.attempt, job.max_attempts) == (
+        "42", "email", {"to": "a@b"}, 1, 3)
+    assert job.headers == {"trace": "t1"}  # jobq's and the broker's x- headers are not the job's
+    assert job.enqueued_at is not None
+    assert job.enqueued_at.timestamp() == message.headers["x-jobq-enqueued-at"]  # sub-second
+
+
+def test_enqueue_time_falls_back_to_the_whole_second_timestamp() -> None:
+    stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    job, _ = read(b"{}", Basic.Properties(message_id="1", message_type="k", timestamp=stamp))
+    assert job.enqueued_at == stamp
+
+
+def test_crash_redeliveries_count_as_attempts() -> None:
+    quorum, _ = read(b"{}", props(**{"x-jobq-attempt": 2, "x-delivery-count": 3}),
+                     redelivered=True)
+    assert quorum.attempt == 5
+    classic, _ = read(b"{}", props(**{"x-jobq-attempt": 2}), redelivered=True)
+    assert classic.attempt == 3  # a flag only says "at least once more"
+    fresh, _ = read(b"{}", props(**{"x-delivery-count": 0}))
+    assert fresh.attempt == 1
+
+
+@pytest.mark.parametrize(("body", "p", "reason"), [
+    (b"{nope", props(), "body is not valid JSON"),
+    (b"\xff\xfe", props(), "body is not valid JSON"),
+    (b"[1, 2]", props(), "body is not a JSON object (got list)"),
+    (b"{}", props(message_id=None), "message has no message_id"),
+    (b"{}", props(kind=None), "message has no type"),
+])
+def test_malformed_messages_say_why(body: bytes, p: Basic.Properties, reason: str) -> None:
+    job, problem = read(body, p)
+    assert problem is not None and problem.startswith(reason)
+    assert job.id in ("7", "amqp-1") and job.payload == {}
+
+
+def test_a_message_from_elsewhere_without_jobq_headers_is_a_first_attempt() -> None:
+    job, problem = read(b'{"a": 1}', Basic.Properties(message_id="x", message_type="k"))
+    assert problem is None and job.attempt == 1 and job.max_attempts == 9
+
+
+def test_encode_refuses_what_cannot_be_a_message() -> None:
+    with pytest.raises(MalformedJob):
+        encode(NewJob(kind="", payload={}), job_id="1", max_attempts=1)
+    with pytest.raises(MalformedJob):
+        encode(NewJob(kind="k", payload={"x": object()}), job_id="1", max_attempts=1)
+
+
+def test_republish_drops_the_broker_headers_and_sets_jobq_ones() -> None:
+    original = props(**{"x-delivery-count": 2, "x-death": [{"count": 1}], "trace": "t"})
+    copy = republish(b"{}", original, {"x-jobq-attempt": 4})
+    assert copy.headers == {"x-jobq-attempt": 4, "x-jobq-max-attempts": 4, "trace": "t"}
+    assert copy.message_id == "7" and copy.type == "email" and copy.delivery_mode == 2
