@@ -54,3 +54,12 @@ def fail_recording(directory: str) -> Any:
         raise ValueError(f"attempt {job.attempt} failed")
 
     return handle
+
+
+def fail_loudly(size: int = 300_000) -> Any:
+    """Fail every attempt with an error message of ``size`` characters (retryable)."""
+
+    async def handle(job: Job) -> None:
+        raise ValueError("x" * size)
+
+    return handle

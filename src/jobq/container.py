@@ -51,7 +51,8 @@ def rmq_prefetch(settings: Settings) -> int:
 
 async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
     """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
-    link = RabbitLink(settings.rabbitmq.url, settings.connect, role=settings.queue, logger=logger)
+    link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
+                      logger=logger)
     await link.open()
     try:
         yield link
@@ -85,7 +86,7 @@ class Container(containers.DeclarativeContainer):
         rabbitmq=providers.Singleton(
             RabbitTransport, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
-            logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"),
+            logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
         ),
     )
     publisher = providers.Selector(
@@ -97,7 +98,7 @@ class Container(containers.DeclarativeContainer):
         ),
         rabbitmq=providers.Singleton(
             RabbitPublisher, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
-            max_attempts=cfg.retry.max_attempts,
+            max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
     )
     admin = providers.Selector(
@@ -105,7 +106,7 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Singleton(PostgresAdmin, pool=pg_pool, settings=cfg.postgres,
                                      queue=cfg.queue),
         rabbitmq=providers.Singleton(RabbitAdmin, link=rmq_link, settings=cfg.rabbitmq,
-                                     queue=cfg.queue),
+                                     queue=cfg.queue, max_pending=cfg.limits.max_pending),
     )
 
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)

@@ -9,6 +9,13 @@
 Retries wait in per-delay tier queues rather than with a per-message TTL, because an expired
 message only leaves a queue from its head: one long TTL would hold back every shorter one
 behind it.
+
+With ``limits.max_pending`` the work queue gets ``x-max-length`` and ``x-overflow:
+reject-publish`` (a publish to a full queue is confirmed negatively), and the tiers become
+quorum queues with at-least-once dead-lettering: a classic tier dead-letters at most once, so a
+retry expiring while the work queue is full would be dropped; a quorum tier keeps it and the
+broker tries again (``dead_letter_worker_publisher_confirm_timeout``, minutes) until there is
+room.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ _KEYS = {
     "x-message-ttl": "rabbitmq.retry_tiers",
     "x-dead-letter-exchange": "rabbitmq.exchange",
     "x-dead-letter-routing-key": "queue",
+    "x-max-length": "limits.max_pending",
+    "x-overflow": "limits.max_pending",
+    "x-dead-letter-strategy": "limits.max_pending",
     "type": "rabbitmq.exchange",
 }
 
@@ -50,18 +60,21 @@ class Topology:
     queue_type: str = "quorum"
     tiers: tuple[float, ...] = (1.0, 5.0, 30.0, 300.0)
     delivery_limit: int = 0  # quorum only; 0: none
+    max_pending: int = 0  # ready messages the work queue takes; 0: no limit
 
     @classmethod
     def build(cls, *, exchange: str, queue: str, queue_type: str, tiers: Sequence[float],
-              delivery_limit: int) -> Topology:
+              delivery_limit: int, max_pending: int = 0) -> Topology:
         """A topology with the tiers sorted and de-duplicated."""
-        return cls(exchange, queue, queue_type, tuple(sorted(set(tiers))), delivery_limit)
+        return cls(exchange, queue, queue_type, tuple(sorted(set(tiers))), delivery_limit,
+                   max_pending)
 
     @classmethod
-    def configured(cls, settings: RabbitConfig, queue: str) -> Topology:
-        """The topology of ``queue`` as ``settings`` describe it."""
+    def configured(cls, settings: RabbitConfig, queue: str, max_pending: int = 0) -> Topology:
+        """The topology of ``queue`` as ``settings`` (and ``limits.max_pending``) describe it."""
         return cls.build(exchange=settings.exchange, queue=queue, queue_type=settings.queue_type,
-                         tiers=settings.retry_tiers, delivery_limit=settings.delivery_limit)
+                         tiers=settings.retry_tiers, delivery_limit=settings.delivery_limit,
+                         max_pending=max_pending)
 
     @property
     def dlx(self) -> str:
@@ -93,12 +106,20 @@ class Topology:
         args: dict[str, Any] = {"x-queue-type": self.queue_type, "x-dead-letter-exchange": self.dlx}
         if self.queue_type == "quorum" and self.delivery_limit > 0:
             args["x-delivery-limit"] = self.delivery_limit
+        if self.max_pending > 0:
+            args["x-max-length"] = self.max_pending
+            args["x-overflow"] = "reject-publish"
         return args
 
     def tier_arguments(self, delay: float) -> dict[str, Any]:
         """Arguments of a retry tier: expire after ``delay`` and go back to the work queue."""
-        return {"x-queue-type": "classic", "x-message-ttl": round(delay * 1000),
-                "x-dead-letter-exchange": self.exchange, "x-dead-letter-routing-key": self.queue}
+        args: dict[str, Any] = {
+            "x-queue-type": "classic", "x-message-ttl": round(delay * 1000),
+            "x-dead-letter-exchange": self.exchange, "x-dead-letter-routing-key": self.queue}
+        if self.max_pending > 0:  # the work queue may refuse: dead-letter at least once
+            args.update({"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once",
+                         "x-overflow": "reject-publish"})
+        return args
 
     async def declare(self, channel: AbstractChannel) -> None:
         """Declare everything (idempotent); ConfigError naming the argument on a conflict.
