@@ -25,7 +25,7 @@ from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-AVAILABLE = ("postgres-lease",)  # the transports this checkout can run
+AVAILABLE = ("postgres-lease", "rabbitmq-quorum", "rabbitmq-classic")  # what this checkout can run
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
