@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from psycopg import sql
+
 from jobq import Job, PermanentError, Retry
 
 
@@ -63,3 +65,31 @@ def fail_loudly(size: int = 300_000) -> Any:
         raise ValueError("x" * size)
 
     return handle
+
+
+def effect(table: str, fail_kind: str = "", sleep_ms: float = 0.0) -> Any:
+    """Insert ``(job id, attempt)`` into ``table`` through ``job.context``, then fail on ``fail_kind``.
+
+    Transaction mode only: the row is written in the job's own transaction, so it must commit
+    with the job's success and vanish with its failure or its consumer's death. The sleep comes
+    after the write, so a consumer killed mid-job dies holding an uncommitted effect.
+    """
+    schema, _, name = table.rpartition(".")
+    insert = sql.SQL("INSERT INTO {} (job_id, attempt) VALUES (%s, %s)").format(
+        sql.Identifier(schema, name) if schema else sql.Identifier(name))
+
+    async def handle(job: Job) -> None:
+        if job.context is None:
+            raise PermanentError("effect needs job.context (postgres.claim: transaction)")
+        await job.context.execute(insert, (int(job.id), job.attempt))
+        if sleep_ms:
+            await asyncio.sleep(sleep_ms / 1000)
+        if fail_kind and job.kind == fail_kind:
+            raise ValueError(f"kind {job.kind} fails after writing its effect")
+
+    return handle
+
+
+async def deallocate(job: Job) -> None:
+    """Drop every prepared statement of the job's connection, as a pooler's reset would."""
+    await job.context.execute("DEALLOCATE ALL")

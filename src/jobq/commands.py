@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIServer
 
 from jobq.api import resolve, wired
 from jobq.config import Settings
+from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.transport import NewJob
@@ -126,6 +127,10 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
     """``jobq init|stats|dead``."""
     if args.command == "init" and args.print_sql:
         from jobq.transports.pg_admin import render_migrations
+
+        if settings.transport != "postgres":
+            raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "
+                              "(`jobq init` prints the topology it declares)", key="--print-sql")
 
         print(render_migrations(settings.postgres.schema))
         return 0

@@ -22,21 +22,51 @@ from jobq.routing import build_handler
 from jobq.transports.pg_admin import PostgresAdmin
 from jobq.transports.pg_connect import open_pool
 from jobq.transports.pg_publisher import PostgresPublisher
+from jobq.transports.pg_transaction import PgTransactionTransport
 from jobq.transports.postgres import PostgresTransport
 from jobq.transports.rabbitmq import RabbitTransport
 from jobq.transports.rmq_admin import RabbitAdmin
 from jobq.transports.rmq_connect import RabbitLink
 from jobq.transports.rmq_publisher import RabbitPublisher
 
+LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
+
+
+def transaction_mode(settings: Settings) -> bool:
+    """True when jobs run inside the transaction that claimed them (postgres.claim: transaction)."""
+    return settings.transport == "postgres" and settings.postgres.claim == "transaction"
+
 
 def pg_pool_size(settings: Settings) -> int:
-    """Connections the Postgres transport needs: claims, acks, heartbeats and releases share 4."""
-    return settings.postgres.pool_size or 4
+    """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
+
+    Transaction mode holds one per running job, one for its attempt log and one spare (for
+    anything else sharing the pool): concurrency + 2. The transport warns at start-up when a
+    configured size is below concurrency + 1.
+    """
+    if settings.postgres.pool_size:
+        return settings.postgres.pool_size
+    return settings.consumer.concurrency + 2 if transaction_mode(settings) else LEASE_POOL
+
+
+def pool_buffer(settings: Settings) -> int:
+    """Deliveries held ready beyond the running ones.
+
+    Zero in transaction mode: a buffered delivery would hold a connection, an open
+    transaction and a row lock while it waits, so the pool claims only for a free worker.
+    """
+    return 0 if transaction_mode(settings) else settings.consumer.buffer_size
 
 
 async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[Any]:
-    """Open the psycopg pool (retrying an unreachable server), close it at shutdown."""
-    pool = await open_pool(settings.postgres.dsn, settings.connect, pg_pool_size(settings), logger)
+    """Open the psycopg pool (retrying an unreachable server), close it at shutdown.
+
+    It starts with at most LEASE_POOL connections (a producer or `jobq` needs no more); a
+    transaction-mode consumer opens the rest when it starts.
+    """
+    size = pg_pool_size(settings)
+    pool = await open_pool(settings.postgres.dsn, settings.connect, size, logger,
+                           min_size=min(size, LEASE_POOL))
     try:
         yield pool
     finally:
@@ -78,10 +108,18 @@ class Container(containers.DeclarativeContainer):
 
     transport = providers.Selector(
         cfg.transport,
-        postgres=providers.Singleton(
-            PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
-            queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
-            limits=cfg.limits,
+        postgres=providers.Selector(
+            cfg.postgres.claim,
+            lease=providers.Singleton(
+                PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
+                queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+                limits=cfg.limits,
+            ),
+            transaction=providers.Singleton(
+                PgTransactionTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
+                queue=cfg.queue, concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
+                logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+            ),
         ),
         rabbitmq=providers.Singleton(
             RabbitTransport, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
@@ -120,7 +158,7 @@ class Container(containers.DeclarativeContainer):
         handler=providers.Callable(handler, settings),
         policy=policy,
         concurrency=cfg.consumer.concurrency,
-        buffer_size=cfg.consumer.provided.buffer_size,
+        buffer_size=providers.Callable(pool_buffer, settings),
         job_timeout=cfg.consumer.job_timeout,
         shutdown_timeout=cfg.consumer.shutdown_timeout,
         poll_timeout=cfg.postgres.poll_interval,

@@ -169,7 +169,8 @@ class WorkerPool:
                 batch = await self._transport.receive(room, self._receive_timeout(idle_before))
             except TransportError as exc:
                 failures = self.receive_failures = failures + 1
-                delay = min(30.0, 0.2 * 2 ** min(failures, 8))
+                # Capped low: once the server is back, an idle pool should notice within seconds.
+                delay = min(5.0, 0.2 * 2 ** min(failures, 8))
                 self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)

@@ -77,6 +77,13 @@ class Backend:
         depth: dict[str, Any] = json.loads(result.stdout)["depth"]
         return depth
 
+    def waiting(self) -> int:
+        """Jobs waiting to run (Postgres: pending; RabbitMQ: ready plus those in retry tiers)."""
+        depth = self.depth()
+        if self.transport == "postgres":
+            return int(depth["pending"])
+        return int(depth["ready"]) + int(depth["retry"])
+
     def inject_malformed(self) -> None:
         """Put one message whose payload is not a JSON object where consumers will take it."""
         if self.transport == "postgres":

@@ -64,7 +64,7 @@ def by_event(rows: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
 
 def test_success_and_once_exits_when_drained(backend: Backend, tmp_path: Path) -> None:
     backend.produce(20, "--kind", "ok")
-    assert backend.depth()["pending"] == 20
+    assert backend.waiting() == 20
 
     done = backend.run("consumer", "--once", *consumer_args(tmp_path))
 
@@ -72,7 +72,7 @@ def test_success_and_once_exits_when_drained(backend: Backend, tmp_path: Path) -
     ok = by_event(events(tmp_path), "ok")
     assert len({r["id"] for r in ok}) == len(ok) == 20
     assert all(r["attempt"] == 1 for r in ok)
-    assert backend.depth()["pending"] == 0
+    assert backend.waiting() == 0
     again = backend.run("consumer", "--once", *consumer_args(tmp_path), timeout=30)
     assert again.returncode == 0, again.stderr
     assert len(by_event(events(tmp_path), "ok")) == 20  # an empty queue: nothing ran, exit 0
@@ -105,7 +105,7 @@ def test_permanent_failure_is_dead_lettered_with_reason(backend: Backend, tmp_pa
     (dead,) = backend.dead()
     assert dead["kind"] == "fail" and dead["attempts"] == 1
     assert dead["last_error"] == "PermanentError: this job can never work"
-    assert backend.depth()["pending"] == 0
+    assert backend.waiting() == 0
 
 
 def test_malformed_message_is_dead_lettered_and_never_run(backend: Backend, tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def test_three_consumers_drain_5000_without_loss(rabbit: Backend, tmp_path: Path
     print(f"three consumers: {distinct} distinct jobs, {duplicates} duplicates")
     assert distinct == 5000
     assert duplicates == 0  # no crash, so no redelivery
-    assert rabbit.depth()["pending"] == 0
+    assert rabbit.waiting() == 0
 
 
 def test_kill_9_mid_flight_loses_nothing(rabbit: Backend, tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_dead_list_requeue_and_purge(rabbit: Backend, tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no dead job with id 12345" in unknown.stderr
     assert purged.returncode == 0 and "purged 1 dead jobs" in purged.stdout
     assert [d["kind"] for d in rabbit.dead()] == ["fail"]
-    assert rabbit.depth()["pending"] == 1  # the requeued one, attempts reset
+    assert rabbit.waiting() == 1  # the requeued one, attempts reset
 
 
 def test_malformed_bodies_of_every_kind_are_dead_lettered(rabbit: Backend, tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_stats_json_shape_matches_postgres(rabbit: Backend) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["oldest_pending_seconds"] is None  # AMQP cannot peek without a delivery
-    assert data["depth"] == {"pending": 3, "running": None, "done": None, "dead": 0}
+    assert data["depth"] == {"ready": 3, "unacked": None, "dead": 0, "retry": 0}
 
 
 def test_a_consumer_cancelled_by_the_broker_subscribes_again(rabbit: Backend, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 DASHBOARD = ROOT / "compose" / "grafana" / "dashboards" / "jobq.json"
 # The transports the native stack runs here. Add "rabbitmq" once transports/rabbitmq.py and its
 # `rabbitmq=` providers in container.py have landed: nothing else in this file changes.
-TRANSPORTS = ("postgres",)
+TRANSPORTS = ("postgres", "rabbitmq")
 
 
 class StackRun:

@@ -30,6 +30,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "schema": sql.Identifier(schema),
         "jobs": sql.Identifier(schema, "jobs"),
         "migrations": sql.Identifier(schema, "migrations"),
+        "attempts": sql.Identifier(schema, "attempts"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),
     }
 

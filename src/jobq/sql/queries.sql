@@ -91,6 +91,121 @@ UPDATE {jobs} AS j
  WHERE j.id = expired.id
 RETURNING j.id, j.status;
 
+-- Transaction mode (transports/pg_transaction.py): each worker runs its job inside the
+-- transaction that locked the job's row; the job's own writes commit with its status.
+-- Per job: txn_begin, txn_claim and txn_savepoint (one round trip, see pg_claim.py), a share
+-- of one txn_attempt on another connection, the handler, then COMMIT (or txn_undo, txn_fail,
+-- COMMIT).
+
+-- name: txn_begin
+-- READ COMMITTED whatever the server default: statements later in the job's transaction
+-- (txn_bury) must see the attempt that txn_attempt committed after it began.
+BEGIN ISOLATION LEVEL READ COMMITTED;
+
+-- name: txn_claim
+-- CTE "next": the next job of this sweep, locked until the job's transaction ends. A sweep
+-- takes the jobs that were due when it began (run_at <= %(until)s) in (run_at, id) order,
+-- past a cursor that moves over every job handed out. A job that fails gets a run_at after
+-- the sweep began, so it is not picked twice in one sweep, and a sweep ends: the classic
+-- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
+-- any parameters, generic plan or not (an id order lets it prefer the primary key and read
+-- through other queues' jobs). SKIP LOCKED: jobs other workers and instances are running
+-- are passed over, not waited for. FOR NO KEY UPDATE is the lock the UPDATE takes anyway,
+-- and it does not block foreign keys that point at the job.
+-- The UPDATE marks it done already: only this transaction sees that until it commits, and
+-- it commits that way only if the handler succeeds (else txn_fail overwrites it), so success
+-- costs a bare COMMIT and no further statement. Hence finished_at is when the job began; it
+-- became visible, with its effects, at the COMMIT that ended it. The attempt counted here
+-- assumes no unsettled earlier start; txn_recount corrects it when there was one.
+-- RETURNING gives the attempts settled before this one (next.attempts), and the run_at the
+-- cursor moves to.
+WITH next AS (
+    SELECT id, attempts, run_at
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending'
+       AND (run_at, id) > (%(after_run_at)s, %(after_id)s) AND run_at <= %(until)s
+     ORDER BY run_at, id
+     LIMIT 1
+       FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+   SET status = 'done', finished_at = now(), attempts = next.attempts + 1
+  FROM next
+ WHERE j.id = next.id
+RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at,
+          next.run_at;
+
+-- name: txn_attempt
+-- Count started attempts outside the jobs' transactions (on a connection of its own, one
+-- statement for every job claimed meanwhile): if the process dies mid-job its transaction
+-- rolls back, but this count stays. Returns the starts not yet folded into jobs.attempts.
+-- It also forgets the jobs that committed since the last batch (their count is in their row
+-- now): a delete here, batched, is cheaper than one in every job's transaction. Ids travel
+-- as one array literal in text: cheaper to send than a list adapted element by element.
+WITH forgotten AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[])
+)
+INSERT INTO {attempts} AS a (job_id, started)
+SELECT id, 1 FROM unnest(%(ids)s::bigint[]) AS t(id)
+    ON CONFLICT (job_id) DO UPDATE SET started = a.started + 1
+RETURNING a.job_id, a.started;
+
+-- name: txn_forget
+-- At close: forget the jobs that committed since the last txn_attempt.
+DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[]);
+
+-- name: txn_recount
+-- In the job's transaction, when the attempt log shows earlier starts that never settled
+-- (their consumer died): count them too.
+UPDATE {jobs} SET attempts = %(attempts)s WHERE id = %(id)s;
+
+-- name: txn_unstart
+-- A job handed back unstarted (graceful shutdown), after ROLLBACK: its start does not count.
+UPDATE {attempts} SET started = started - 1 WHERE job_id = %(id)s;
+
+-- name: txn_savepoint
+-- Sent with the claim: what the handler writes comes after it, so a failure can undo just
+-- that (txn_undo) and record itself while the job's row stays locked.
+SAVEPOINT jobq_job;
+
+-- name: txn_undo
+ROLLBACK TO SAVEPOINT jobq_job;
+
+-- name: txn_fail
+-- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead, with
+-- every start counted. The row never left this transaction's lock, so no other claim could
+-- take the job between the failure and this record of it. clock_timestamp(), not now():
+-- now() is when the transaction, and so the job, began; the delay runs from the failure.
+WITH forgotten AS (
+    DELETE FROM {attempts} WHERE job_id = %(id)s
+)
+UPDATE {jobs}
+   SET status = %(status)s::text,
+       attempts = %(attempts)s,
+       run_at = clock_timestamp() + make_interval(secs => %(delay)s),
+       last_error = %(reason)s,
+       finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
+ WHERE id = %(id)s;
+
+-- name: txn_commit
+COMMIT;
+
+-- name: txn_bury
+-- In the transaction of a claim that found every attempt already used by consumers that
+-- died mid-job (their transactions rolled back; only the attempt log saw them): dead, unrun.
+WITH started AS (
+    DELETE FROM {attempts} WHERE job_id = %(id)s
+)
+UPDATE {jobs}
+   SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int,
+       last_error = 'the consumer died or lost its connection during each of its '
+                    || %(attempts)s::int || ' attempts (transaction mode)'
+ WHERE id = %(id)s;
+
+-- name: txn_sweep_start
+-- A sweep takes the jobs due by the server's clock when it begins (see txn_claim).
+SELECT now();
+
 -- name: enqueue
 -- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the
 -- statement-level trigger, one NOTIFY however many rows.
@@ -142,20 +257,31 @@ SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
 
 -- name: dead_requeue
 -- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
-UPDATE {jobs}
-   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
-       last_error = NULL
- WHERE queue = %(queue)s AND status = 'dead'
-   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-RETURNING id;
+-- Any transaction-mode attempt log entry goes too, so the reset holds in both claim modes.
+WITH requeued AS (
+    UPDATE {jobs}
+       SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
+           last_error = NULL
+     WHERE queue = %(queue)s AND status = 'dead'
+       AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+       AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+    RETURNING id
+), forgotten AS (
+    DELETE FROM {attempts} AS a USING requeued WHERE a.job_id = requeued.id
+)
+SELECT id FROM requeued ORDER BY id;
 
 -- name: dead_purge
-DELETE FROM {jobs}
- WHERE queue = %(queue)s AND status = 'dead'
-   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-RETURNING id;
+WITH purged AS (
+    DELETE FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'dead'
+       AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+       AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+    RETURNING id
+), forgotten AS (
+    DELETE FROM {attempts} AS a USING purged WHERE a.job_id = purged.id
+)
+SELECT id FROM purged ORDER BY id;
 
 -- name: dead_existing
 -- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).

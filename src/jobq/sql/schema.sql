@@ -44,3 +44,17 @@ DROP TRIGGER IF EXISTS jobs_notify ON {jobs};
 CREATE TRIGGER jobs_notify AFTER INSERT ON {jobs}
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {notify_fn}();
+
+-- migration: 2 transaction claim mode: attempt log
+-- Attempts started in transaction mode and not yet folded into jobs.attempts. A job's own row
+-- cannot record them: the transaction that runs the job holds it, and a crash rolls that
+-- back. One short statement of its own counts each start here before the handler runs, so a
+-- job that kills its process is still seen dying, and ends dead after max_attempts.
+-- UNLOGGED: no WAL, so a count costs no disk flush; a server crash empties the table, which
+-- at worst gives a job that was crashing its consumers some extra attempts. An entry is
+-- deleted once its job settles (the delete may trail the job's commit by a moment, or be lost
+-- with the consumer: a leftover entry of a done job is never read again).
+CREATE UNLOGGED TABLE IF NOT EXISTS {attempts} (
+    job_id  bigint  PRIMARY KEY,
+    started integer NOT NULL
+);

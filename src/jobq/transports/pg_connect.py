@@ -72,14 +72,15 @@ async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) ->
 
 
 async def open_pool(
-    dsn: str, connect: ConnectConfig, size: int, log: logging.Logger
+    dsn: str, connect: ConnectConfig, size: int, log: logging.Logger, *, min_size: int | None = None
 ) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]:
-    """An open connection pool of ``size`` autocommit connections, the server checked reachable."""
+    """An open pool of up to ``size`` autocommit connections (``min_size`` of them opened now,
+    default all), the server checked reachable."""
     probe = await connect_once(dsn, connect, log)
     await probe.close()
     pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]] = AsyncConnectionPool(
         dsn,
-        min_size=size,
+        min_size=size if min_size is None else min_size,
         max_size=size,
         open=False,
         kwargs={"autocommit": True, "connect_timeout": max(1, round(connect.timeout))},

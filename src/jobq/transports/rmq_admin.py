@@ -1,8 +1,8 @@
 """RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state.
 
 The dead queue is walked with basic.get without acking: what is not chosen goes back when the
-walking channel closes. RabbitMQ keeps no record of finished jobs and AMQP does not expose a
-queue's unacked count, so ``depth`` reports ``running`` and ``done`` as None (unknown).
+walking channel closes. AMQP does not expose a queue's unacked count, so ``depth`` reports
+``unacked`` as None (unknown).
 """
 
 from __future__ import annotations
@@ -78,16 +78,21 @@ class RabbitAdmin:
                 f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}) declared")
 
     async def depth(self) -> dict[str, Any]:
-        """Ready messages by state (retry tiers count as pending, as delayed jobs do in Postgres)."""
+        """Messages by state: ready in the work queue, waiting in the retry tiers, dead.
+
+        ``unacked`` is None: AMQP's passive declare reports only ready messages, and the
+        broker-wide unacked count needs the management API; each consumer exports its own
+        unacked deliveries as ``jobq_in_flight``.
+        """
         t = self._topology
         async with self._channel(confirms=False) as channel:
             counts = {}
             for name in (t.queue, t.dead, *(t.tier_name(d) for d in t.tiers)):
                 queue = await channel.declare_queue(name, passive=True)
                 counts[name] = int(queue.declaration_result.message_count or 0)
-        pending = counts[t.queue] + sum(counts[t.tier_name(d)] for d in t.tiers)
-        return {"depth": {"pending": pending, "running": None, "done": None,
-                          "dead": counts[t.dead]},
+        retry = sum(counts[t.tier_name(d)] for d in t.tiers)
+        return {"depth": {"ready": counts[t.queue], "unacked": None, "dead": counts[t.dead],
+                          "retry": retry},
                 "oldest_pending_seconds": None}
 
     async def dead_list(self, limit: int = 100) -> list[dict[str, Any]]:

@@ -1,0 +1,37 @@
+"""LISTEN for new jobs on a connection of its own, reconnecting forever with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+from psycopg import sql
+
+from jobq.config import ConnectConfig
+from jobq.errors import TransportError
+from jobq.retry import describe
+from jobq.transports.pg_connect import backoff_policy, connect_once
+
+
+async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: asyncio.Event,
+                 log: logging.Logger) -> None:
+    """Set ``wake`` on each notification for ``queue``, and after every (re)connect; never returns."""
+    policy = backoff_policy(connect)
+    failures = 0
+    statement = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+    while True:
+        try:
+            conn = await connect_once(dsn, connect, log)
+            async with conn:
+                await conn.execute(statement)
+                failures = 0
+                wake.set()  # a notification may have been missed while away
+                async for note in conn.notifies():
+                    if note.payload == queue:
+                        wake.set()
+        except (psycopg.Error, TransportError) as exc:
+            failures += 1
+            delay = policy.backoff(failures)
+            log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", describe(exc), delay)
+            await asyncio.sleep(delay)

@@ -1,0 +1,223 @@
+"""The Postgres transaction claim mode against the real server, driven through the real CLIs."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from jobq.sql import Queries
+from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
+from tests.processors import completions
+
+TXN = ("--claim", "transaction")
+RECORD = "tests.processors:record"
+EFFECT = "tests.processors:effect"
+
+
+def table(schema: str, name: str = "jobs") -> sql.Composed:
+    return sql.SQL("{}").format(sql.Identifier(schema, name))
+
+
+def status_counts(dsn: str, schema: str, queue: str) -> dict[str, int]:
+    q = sql.SQL("SELECT status, count(*) FROM {} WHERE queue = %s GROUP BY status").format(table(schema))
+    return {str(s): int(n) for s, n in fetch(dsn, q, [queue])}  # type: ignore[call-overload]
+
+
+def produce(schema: str, queue: str, count: int, *extra: str) -> None:
+    result = run_cli("producer", *pg_args(queue), "--count", str(count), *extra, env=schema_env(schema))
+    assert result.returncode == 0, result.stderr
+
+
+def effects_table(dsn: str, schema: str) -> str:
+    """A table for effect rows, beside the jobs (no key: a doubled effect must show)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (job_id bigint NOT NULL, attempt int NOT NULL)")
+                     .format(table(schema, "effects")))
+    return f"{schema}.effects"
+
+
+def effects(dsn: str, schema: str) -> collections.Counter[int]:
+    rows = fetch(dsn, sql.SQL("SELECT job_id FROM {}").format(table(schema, "effects")))
+    return collections.Counter(int(r[0]) for r in rows)  # type: ignore[call-overload]
+
+
+def wait_until(predicate: object, timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(step)
+    return False
+
+
+def test_four_instances_sweep_5000_jobs_exactly_once(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 5000)
+    # `record` is a lease-mode handler that ignores job.context: it runs unchanged here.
+    procs = [start_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-p", RECORD,
+                       "-a", f"directory={tmp_path}", "-n", "4", env=schema_env(schema))
+             for _ in range(4)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    done = completions(tmp_path)
+    assert len(done) == 5000 and len(set(done)) == 5000  # none lost, none twice
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 5000}
+    assert len(list(tmp_path.glob("*.log"))) >= 2  # they shared the work
+    attempts = fetch(pg_dsn, sql.SQL("SELECT DISTINCT attempts FROM {}").format(table(schema)))
+    assert attempts == [(1,)]
+
+
+def test_effects_commit_with_success_and_roll_back_with_failure(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    target = effects_table(pg_dsn, schema)
+    produce(schema, queue_name, 3, "--kind", "good")
+    produce(schema, queue_name, 2, "--kind", "bad", "--max-attempts", "3")
+    env = schema_env(schema, JOBQ_RETRY__BASE_DELAY="1", JOBQ_RETRY__JITTER="false")
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-p", EFFECT, "-n", "5",
+                     "-a", f"table={target}", "-a", "fail_kind=bad", "-a", "sleep_ms=600", env=env)
+    assert result.returncode == 0, result.stderr
+    rows = fetch(pg_dsn, sql.SQL("SELECT id, kind, status, attempts, last_error FROM {} ORDER BY id")
+                 .format(table(schema)))
+    good = [r for r in rows if r[1] == "good"]
+    bad = [r for r in rows if r[1] == "bad"]
+    assert all(r[2:4] == ("done", 1) for r in good)
+    assert all(r[2:4] == ("pending", 1) for r in bad)  # retried, attempt counted
+    assert all("ValueError: kind bad fails after writing its effect" in str(r[4]) for r in bad)
+    assert effects(pg_dsn, schema) == collections.Counter(int(r[0]) for r in good)  # type: ignore[call-overload]
+    waits = fetch(pg_dsn, sql.SQL("SELECT extract(epoch FROM run_at - created_at) FROM {} "
+                                  "WHERE kind = 'bad'").format(table(schema)))
+    assert all(float(w) >= 1.6 for (w,) in waits)  # type: ignore[arg-type]  # 1 s from the failure, not the claim
+
+
+def test_kill_9_mid_sweep_leaves_exactly_one_effect_per_job(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    target = effects_table(pg_dsn, schema)
+    produce(schema, queue_name, 2000)
+    app = f"jobq-victim-{uuid.uuid4().hex[:8]}"
+    victim = start_cli("consumer", *pg_args(queue_name), *TXN, "-p", EFFECT, "-a", f"table={target}",
+                       "-a", "sleep_ms=5", "-n", "8", env=schema_env(schema, PGAPPNAME=app))
+    assert wait_until(lambda: sum(effects(pg_dsn, schema).values()) >= 300, 30)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    # The server rolls the dead consumer's transactions back as it notices each connection gone.
+    gone = sql.SQL("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s")
+    assert wait_until(lambda: fetch(pg_dsn, gone, [app]) == [(0,)], 10)
+    assert status_counts(pg_dsn, schema, queue_name).get("pending", 0) > 0
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-p", EFFECT,
+                     "-a", f"table={target}", env=schema_env(schema))
+    assert result.returncode == 0, result.stderr
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 2000}
+    counts = effects(pg_dsn, schema)
+    assert len(counts) == 2000 and set(counts.values()) == {1}  # none missing, none doubled
+    rerun = fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {} WHERE attempts = 2").format(table(schema)))
+    assert rerun[0][0] > 0  # the jobs it died running ran again, their first attempt counted
+
+
+def test_a_sweep_over_500_failing_jobs_ends_with_each_attempted_once(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 500)
+    env = schema_env(schema, JOBQ_RETRY__BASE_DELAY="0")  # each failure is due again at once
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "16",
+                     "-p", "tests.processors:fail_recording", "-a", f"directory={tmp_path}",
+                     env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    tried = [line.split()[0] for f in tmp_path.glob("*.attempts") for line in f.read_text().splitlines()]
+    assert len(tried) == 500 and len(set(tried)) == 500
+    rows = fetch(pg_dsn, sql.SQL("SELECT DISTINCT status, attempts FROM {}").format(table(schema)))
+    assert rows == [("pending", 1)]
+
+
+def test_two_instances_sweeping_failing_jobs_both_end(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 500)
+    env = schema_env(schema, JOBQ_RETRY__BASE_DELAY="0")
+    procs = [start_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "4",
+                       "-p", "tests.processors:fail_recording", "-a", f"directory={tmp_path}", env=env)
+             for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    per_instance = [[line.split()[0] for line in f.read_text().splitlines()]
+                    for f in tmp_path.glob("*.attempts")]
+    assert all(len(ids) == len(set(ids)) for ids in per_instance)  # once per job per sweep
+    tried = collections.Counter(i for ids in per_instance for i in ids)
+    assert len(tried) == 500  # each sweep saw every job it reached; together, all of them
+    total = fetch(pg_dsn, sql.SQL("SELECT sum(attempts) FROM {}").format(table(schema)))
+    assert total[0][0] == sum(tried.values())  # every attempt counted, none invented
+
+
+def test_job_that_kills_its_process_ends_dead_after_max_attempts(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 1, "--max-attempts", "2")
+    exits = [run_cli("consumer", *pg_args(queue_name), *TXN, "-p", "crash", "--once",
+                     env=schema_env(schema), timeout=30).returncode for _ in range(3)]
+    assert exits == [137, 137, 0]  # two attempts killed their process; the third sweep buries it
+    rows = fetch(pg_dsn, sql.SQL("SELECT status, attempts, last_error FROM {}").format(table(schema)))
+    status, attempts, error = rows[0]
+    assert (status, attempts) == ("dead", 2)
+    assert "died or lost its connection during each of its 2 attempts" in str(error)
+
+
+def test_too_small_a_pool_warns_at_start_and_still_drains(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 50)
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "4", "-p", RECORD,
+                     "-a", f"directory={tmp_path}", env=schema_env(schema, JOBQ_POSTGRES__POOL_SIZE="3"))
+    assert result.returncode == 0, result.stderr
+    assert "postgres.pool_size 3 is too small for transaction mode with concurrency 4" in result.stderr
+    assert "at most 2 jobs will run at once; set pool_size to 5 or more" in result.stderr
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 50}
+
+
+def test_a_running_consumer_wakes_for_new_jobs_and_stops_cleanly_on_sigterm(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    proc = start_cli("consumer", *pg_args(queue_name), *TXN, "-p", RECORD, "-a", f"directory={tmp_path}",
+                     "-n", "4", env=schema_env(schema, JOBQ_POSTGRES__POLL_INTERVAL="3"))
+    try:
+        time.sleep(1.0)  # idle and listening; a 3 s poll would miss the deadline below
+        produce(schema, queue_name, 20)
+        assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"done": 20}, 2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert sorted(completions(tmp_path)) == sorted(
+        str(i) for (i,) in fetch(pg_dsn, sql.SQL("SELECT id FROM {}").format(table(schema))))
+    assert "stopped: ok=20" in err
+
+
+def test_the_claim_survives_its_prepared_statement_going_missing(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 30)
+    result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "1",
+                     "-p", "tests.processors:deallocate", env=schema_env(schema))
+    assert result.returncode == 0, result.stderr
+    assert "claiming in two round trips from now on" in result.stderr  # it fell back, once
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 30}
+
+
+def test_the_claim_reads_only_its_own_queue_whatever_the_plan(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    # Another queue's jobs hold the lower ids; ours are a third of the table, so a plan that
+    # bets on finding one of ours among the first ids it reads looks cheap, and is not.
+    produce(schema, f"{queue_name}-other", 3000)
+    produce(schema, queue_name, 1500)
+    claim = Queries(schema)["txn_claim"]
+    params = {"queue": queue_name, "after_run_at": datetime.min.replace(tzinfo=UTC), "after_id": 0,
+              "until": datetime.now(UTC)}
+    with psycopg.connect(pg_dsn) as conn:  # one transaction, rolled back at the end
+        conn.execute(sql.SQL("ANALYZE {}").format(table(schema)))
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(sql.SQL("SET LOCAL plan_cache_mode = {}").format(sql.Literal(mode)))
+            explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ") + claim
+            plan = "\n".join(str(r[0]) for r in conn.execute(explain, params, prepare=True))
+            assert "jobs_pending_idx" in plan and "Rows Removed by Filter" not in plan, plan
+        conn.rollback()

@@ -1,0 +1,77 @@
+"""Transaction claim mode without a server: wiring, pool sizing, the sweep's bookkeeping."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from dependency_injector import providers
+
+from jobq.config import Settings, load_settings
+from jobq.container import Container, pg_pool_size, pool_buffer
+from jobq.sql import Queries
+from jobq.transports.pg_claim import ClaimStatement, Sweep
+from jobq.transports.pg_transaction import PgTransactionTransport
+from jobq.transports.postgres import PostgresTransport
+
+
+def settings(**overrides: Any) -> Settings:
+    return load_settings(None, {"transport": "postgres", **overrides}, env={})
+
+
+class FakePool:
+    """Stands in for the psycopg pool: wiring only, nothing connects."""
+
+    max_size = 10
+
+
+@pytest.mark.parametrize(("claim", "kind"), [("lease", PostgresTransport),
+                                             ("transaction", PgTransactionTransport)])
+def test_postgres_claim_selects_the_transport(claim: str, kind: type) -> None:
+    container = Container(settings=settings(**{"postgres.claim": claim}))
+    with container.pg_pool.override(providers.Object(FakePool())):
+        assert isinstance(container.transport(), kind)
+
+
+def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() -> None:
+    txn = settings(**{"postgres.claim": "transaction", "consumer.concurrency": 16,
+                      "consumer.buffer": 8})
+    lease = settings(**{"consumer.concurrency": 16, "consumer.buffer": 8})
+    assert pool_buffer(txn) == 0  # a buffered delivery would hold a connection and a row lock
+    assert pool_buffer(lease) == 8
+    assert pg_pool_size(txn) == 18  # one per worker, the attempt log, a spare
+    assert pg_pool_size(lease) == 4
+    configured = settings(**{"postgres.claim": "transaction", "postgres.pool_size": 7})
+    assert pg_pool_size(configured) == 7  # a configured size wins; the transport warns if short
+    container = Container(settings=txn)
+    with container.pg_pool.override(providers.Object(FakePool())):
+        assert container.worker_pool()._capacity == 16
+
+
+def test_the_prepared_claim_is_txn_claim_with_numbered_parameters() -> None:
+    claim = ClaimStatement(Queries("s"), logging.getLogger("test"))
+    prepared = claim._prepare.decode()
+    body = Queries("s")["txn_claim"].as_string(None)
+    assert prepared.startswith("PREPARE jobq_claim_")
+    assert "(text, timestamptz, bigint, timestamptz) AS" in prepared
+    assert "%(" not in prepared.split(" AS ", 1)[1]
+    numbered = body
+    for name, number in (("queue", 1), ("after_run_at", 2), ("after_id", 3), ("until", 4)):
+        numbered = numbered.replace(f"%({name})s", f"${number}")
+    assert prepared.endswith(numbered)
+    other = ClaimStatement(Queries("t"), logging.getLogger("test"))
+    assert other._prepare.split(b" ", 2)[1] != claim._prepare.split(b" ", 2)[1]  # name per schema
+
+
+def test_a_sweep_moves_past_every_job_handed_out() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    sweep = Sweep(until=start, now=0.0)
+    assert not sweep.moved and sweep.params("q")["until"] == start
+    later, earlier = start - timedelta(seconds=1), start - timedelta(seconds=5)
+    sweep.passed((7, "k", {}, {}, 0, 5, None, later))
+    sweep.passed((9, "k", {}, {}, 0, 5, None, earlier))  # a claim that started earlier ends late
+    assert sweep.moved and sweep.cursor == (later, 7)
+    params = sweep.params("q")
+    assert (params["after_run_at"], params["after_id"], params["queue"]) == (later, 7, "q")
