@@ -6,6 +6,7 @@ its consumers, how to restart its server, and how to read which jobs ended dead.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -25,7 +26,8 @@ from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-AVAILABLE = ("postgres-lease", "rabbitmq-quorum", "rabbitmq-classic")  # what this checkout can run
+AVAILABLE = ("postgres-lease", "postgres-transaction", "rabbitmq-quorum", "rabbitmq-classic")
+TXN_CONCURRENCY = 8  # transaction mode holds a connection per running job: 3 x (8 + 2) of 100
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -148,6 +150,8 @@ class PostgresBackend:
 
     def consumer_command(self, record_dir: Path, options: Options) -> tuple[list[str], dict[str, str]]:
         """The consumer command line and environment."""
+        if self.claim == "transaction":  # the shared server allows 100 connections in all
+            options = dataclasses.replace(options, concurrency=min(options.concurrency, TXN_CONCURRENCY))
         return ([str(BIN / "consumer"), *self._config(), *record_args(record_dir, options)],
                 self._env(options))
 

@@ -118,7 +118,7 @@ class Container(containers.DeclarativeContainer):
             transaction=providers.Singleton(
                 PgTransactionTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
                 queue=cfg.queue, concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
-                logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+                logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
         ),
         rabbitmq=providers.Singleton(

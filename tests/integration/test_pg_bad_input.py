@@ -48,8 +48,9 @@ def routed_config(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("claim", ["lease", "transaction"])
 def test_every_bad_row_is_dead_lettered_with_its_reason_and_the_good_ones_run(
-        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path, claim: str) -> None:
     insert = sql.SQL("INSERT INTO {} (queue, kind, payload, headers) "
                      "VALUES (%s, %s, %s::jsonb, %s::jsonb) RETURNING id").format(
         sql.Identifier(schema, "jobs"))
@@ -59,7 +60,7 @@ def test_every_bad_row_is_dead_lettered_with_its_reason_and_the_good_ones_run(
         ((job_id,),) = fetch(pg_dsn, insert, [queue_name, kind, payload, headers])
         bad_ids[job_id] = reason
     produce(schema, queue_name, 3, "--kind", "demo")
-    env = schema_env(schema, JOBQ_LIMITS__MAX_PAYLOAD="7000")
+    env = schema_env(schema, JOBQ_LIMITS__MAX_PAYLOAD="7000", JOBQ_POSTGRES__CLAIM=claim)
     result = run_cli("consumer", "--config", str(routed_config(tmp_path)), "--queue", queue_name,
                      "--once", "-n", "2", env=env)
     assert result.returncode == 0, result.stderr

@@ -118,7 +118,7 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- became visible, with its effects, at the COMMIT that ended it. The attempt counted here
 -- assumes no unsettled earlier start; txn_recount corrects it when there was one.
 -- RETURNING gives the attempts settled before this one (next.attempts), and the run_at the
--- cursor moves to.
+-- cursor moves to; payload and headers as JSON text, checked and parsed by jobq (as in claim).
 WITH next AS (
     SELECT id, attempts, run_at
       FROM {jobs}
@@ -132,8 +132,8 @@ UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), attempts = next.attempts + 1
   FROM next
  WHERE j.id = next.id
-RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at,
-          next.run_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, next.attempts, j.max_attempts,
+          j.created_at, next.run_at;
 
 -- name: txn_attempt
 -- Count started attempts outside the jobs' transactions (on a connection of its own, one
