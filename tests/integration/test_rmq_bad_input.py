@@ -86,7 +86,7 @@ def test_every_bad_message_is_dead_lettered_with_its_reason_and_the_good_ones_ru
     dead = {row["id"]: row["last_error"] for row in rmq.dead()}
     assert dead == {message_id: reason for _, message_id, _, _, reason in BAD}
     assert len(completions(tmp_path)) == 6  # the good ones, before and after the bad ones
-    assert rmq.depth()["pending"] == 0
+    assert rmq.waiting() == 0
 
 
 def bounded(queue: str, max_pending: int, queue_type: str) -> Settings:
