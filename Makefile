@@ -2,11 +2,12 @@
 # make demo: the main job on the real local servers.
 # make stack: the compose demo stack run natively (local servers; consumers, producer and
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
+# make chaos: the fault suite (restarts the local servers; not part of `make test`).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo stack lint unit install clean
+.PHONY: test demo stack lint unit install clean chaos
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,6 +32,11 @@ demo: $(STAMP)
 STACK_ARGS ?=
 stack: $(STAMP)
 	$(PY) -m benchmarks.stack $(STACK_ARGS)
+
+# 50,000 jobs per transport under kill -9, a server restart and cut connections; see
+# benchmarks/chaos.py. CHAOS_ARGS="--jobs 5000" for a quick run.
+chaos: $(STAMP)
+	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -6,11 +6,13 @@ from jobq.errors import (
     ConfigError,
     ConnectionLost,
     JobqError,
+    JobTooLarge,
     MalformedJob,
     PermanentError,
     QueueFull,
     Retry,
     TransportError,
+    UnknownKind,
 )
 from jobq.job import Delivery, Job, Outcome
 
@@ -19,6 +21,7 @@ __all__ = [
     "ConnectionLost",
     "Delivery",
     "Job",
+    "JobTooLarge",
     "JobqError",
     "MalformedJob",
     "Outcome",
@@ -26,5 +29,6 @@ __all__ = [
     "QueueFull",
     "Retry",
     "TransportError",
+    "UnknownKind",
 ]
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """Command-line entry points: ``consumer``, ``producer`` and ``jobq`` (admin).
 
-Exit codes: 0 done; 1 unexpected error; 2 bad config or arguments; 3 server unreachable or
-failing; 130 stopped by a second signal.
+Exit codes: 0 done; 1 unexpected error; 2 bad config or arguments (or a job refused at
+enqueue: too large, malformed); 3 server unreachable or failing; 4 queue full (limits.max_pending
+still reached after limits.enqueue_timeout); 130 stopped by a second signal.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 from jobq import commands
 from jobq.config import Settings, load_settings, parse_scalar
-from jobq.errors import ConfigError, TransportError
+from jobq.errors import ConfigError, MalformedJob, QueueFull, TransportError
 from jobq.logs import configure
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_UNREACHABLE, EXIT_FORCED = 0, 1, 2, 3, 130
+EXIT_QUEUE_FULL = 4
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -69,6 +71,12 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
     except TransportError as exc:
         print(f"jobq: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except MalformedJob as exc:
+        print(f"jobq: job refused: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except QueueFull as exc:
+        print(f"jobq: {exc} ({len(exc.accepted)} of this batch were enqueued)", file=sys.stderr)
+        return EXIT_QUEUE_FULL
     except KeyboardInterrupt:
         return EXIT_FORCED
 

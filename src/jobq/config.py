@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 
@@ -58,13 +58,26 @@ class ConsumerConfig:
     job_timeout: float = 300.0
     shutdown_timeout: float = 30.0
     once: bool = False
-    processor: str = "noop"
+    processor: str = "noop"  # the default for kinds not in ``processors``; "" for none
     processor_args: dict[str, Any] = field(default_factory=dict)
+    # kind -> "module:function" (or {processor: ..., args: {...}}); unknown kinds go to
+    # ``processor``, or are dead-lettered naming the kind when it is "".
+    processors: dict[str, Any] = field(default_factory=dict)
 
     @property
     def buffer_size(self) -> int:
         """Deliveries held ready beyond the running ones."""
         return self.concurrency if self.buffer < 0 else self.buffer
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitsConfig:
+    """What a queue accepts: message sizes (refused at enqueue, dead-lettered on receipt) and depth."""
+
+    max_payload: int = 1_048_576  # bytes of the payload as JSON text
+    max_headers: int = 65_536  # bytes of the headers as JSON text
+    max_pending: int = 0  # jobs waiting in the queue; 0: no limit
+    enqueue_timeout: float = 5.0  # how long enqueue waits for room before QueueFull
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +126,14 @@ class RabbitConfig:
     # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.
     delivery_limit: int = 20  # 0: no limit
     ack_interval: float = 0.01
+    ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
+
+    @property
+    def connect_url(self) -> str:
+        """The URL to connect with: ``ca_file`` added as the ``cafile`` query parameter."""
+        if not self.ca_file or "cafile=" in self.url:
+            return self.url
+        return f"{self.url}{'&' if '?' in self.url else '?'}cafile={quote(self.ca_file)}"
 
     @property
     def safe_url(self) -> str:
@@ -150,6 +171,7 @@ class Settings:
     consumer: ConsumerConfig = field(default_factory=ConsumerConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     connect: ConnectConfig = field(default_factory=ConnectConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     postgres: PostgresConfig = field(default_factory=PostgresConfig)
     rabbitmq: RabbitConfig = field(default_factory=RabbitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -168,6 +190,12 @@ _RULES: dict[str, tuple[Any, str]] = {
     "retry.base_delay": (lambda v: v >= 0, ">= 0"),
     "retry.max_delay": (lambda v: v >= 0, ">= 0"),
     "connect.attempts": (lambda v: v >= 1, ">= 1"),
+    "consumer.processors": (lambda v: all(_processor_entry(k, x) for k, x in v.items()),
+                            "a mapping of kind to 'module:function' or {processor, args}"),
+    "limits.max_payload": (lambda v: v >= 1, ">= 1 (bytes)"),
+    "limits.max_headers": (lambda v: v >= 1, ">= 1 (bytes)"),
+    "limits.max_pending": (lambda v: v >= 0, ">= 0 (0: no limit)"),
+    "limits.enqueue_timeout": (lambda v: v >= 0, ">= 0"),
     "postgres.schema": (IDENT_RE.match, "a plain identifier: letter or '_', then letters, digits, '_'"),
     "postgres.dsn": (lambda v: v.startswith(("postgres://", "postgresql://")) or "=" in v,
                      "a postgresql:// URL or a key=value DSN"),
@@ -176,6 +204,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
+    "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
     "rabbitmq.prefetch": (lambda v: 0 <= v <= 65535, "between 0 (concurrency + buffer) and 65535"),
     "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
@@ -184,6 +213,17 @@ _RULES: dict[str, tuple[Any, str]] = {
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),
 }
+
+
+def _processor_entry(kind: Any, entry: Any) -> bool:
+    """One ``consumer.processors`` item: a non-empty kind and a spec or {processor, args}."""
+    if not isinstance(kind, str) or not kind:
+        return False
+    if isinstance(entry, str):
+        return bool(entry)
+    return (isinstance(entry, Mapping) and set(entry) <= {"processor", "args"}
+            and isinstance(entry.get("processor"), str) and bool(entry["processor"])
+            and isinstance(entry.get("args", {}), Mapping))
 
 
 def _type_name(tp: Any) -> str:
@@ -344,4 +384,7 @@ def load_settings(
                 except ConfigError as exc:
                     raise ConfigError(str(exc), source=layer_source) from exc
     settings: Settings = _build(Settings, data, "", source)
+    if settings.rabbitmq.ca_file and not settings.rabbitmq.url.startswith("amqps://"):
+        raise ConfigError("a CA file is only used with TLS: the url must be amqps://",
+                          key="rabbitmq.ca_file", source=source)
     return dataclasses.replace(settings, source=source)

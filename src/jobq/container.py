@@ -17,8 +17,8 @@ from dependency_injector import containers, providers
 from jobq.config import Settings
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
-from jobq.processor import as_async, load_processor
 from jobq.retry import RetryPolicy
+from jobq.routing import build_handler
 from jobq.transports.pg_admin import PostgresAdmin
 from jobq.transports.pg_connect import open_pool
 from jobq.transports.pg_publisher import PostgresPublisher
@@ -81,7 +81,8 @@ def rmq_prefetch(settings: Settings) -> int:
 
 async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
     """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
-    link = RabbitLink(settings.rabbitmq.url, settings.connect, role=settings.queue, logger=logger)
+    link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
+                      logger=logger)
     await link.open()
     try:
         yield link
@@ -90,8 +91,8 @@ async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[
 
 
 def handler(settings: Settings) -> Any:
-    """The configured processor, awaitable whatever it is."""
-    return as_async(load_processor(settings.consumer.processor, settings.consumer.processor_args))
+    """The configured processor (or per-kind processors), awaitable whatever it is."""
+    return build_handler(settings.consumer)
 
 
 class Container(containers.DeclarativeContainer):
@@ -112,17 +113,18 @@ class Container(containers.DeclarativeContainer):
             lease=providers.Singleton(
                 PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
                 queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+                limits=cfg.limits,
             ),
             transaction=providers.Singleton(
                 PgTransactionTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
                 queue=cfg.queue, concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
-                logger=providers.Callable(logging.getLogger, "jobq.postgres"),
+                logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
         ),
         rabbitmq=providers.Singleton(
             RabbitTransport, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
-            logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"),
+            logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
         ),
     )
     publisher = providers.Selector(
@@ -130,10 +132,11 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Singleton(
             PostgresPublisher, pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts,
+            limits=cfg.limits,
         ),
         rabbitmq=providers.Singleton(
             RabbitPublisher, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
-            max_attempts=cfg.retry.max_attempts,
+            max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
     )
     admin = providers.Selector(
@@ -141,7 +144,7 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Singleton(PostgresAdmin, pool=pg_pool, settings=cfg.postgres,
                                      queue=cfg.queue),
         rabbitmq=providers.Singleton(RabbitAdmin, link=rmq_link, settings=cfg.rabbitmq,
-                                     queue=cfg.queue),
+                                     queue=cfg.queue, max_pending=cfg.limits.max_pending),
     )
 
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)

@@ -27,7 +27,15 @@ class ConnectionLost(TransportError):
 
 
 class QueueFull(JobqError):
-    """The queue is at its configured maximum depth and stayed so until the enqueue timeout."""
+    """The queue is at its configured maximum depth and stayed so until the enqueue timeout.
+
+    ``accepted`` holds the ids of the jobs of the same ``enqueue_many`` call that did get in
+    before the queue filled up (they are queued and will run); the others were not enqueued.
+    """
+
+    def __init__(self, message: str = "queue is full", *, accepted: tuple[str, ...] = ()) -> None:
+        self.accepted = accepted
+        super().__init__(message)
 
 
 class Retry(Exception):
@@ -45,6 +53,14 @@ class PermanentError(Exception):
 
 class MalformedJob(JobqError):
     """A message could not be decoded into a Job; it is dead-lettered with this reason."""
+
+
+class JobTooLarge(MalformedJob):
+    """The payload or headers exceed ``limits.max_payload`` / ``limits.max_headers``."""
+
+
+class UnknownKind(PermanentError):
+    """No processor is configured for the job's kind (and there is no default processor)."""
 
 
 class JobTimeout(Exception):

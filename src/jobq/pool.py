@@ -144,8 +144,15 @@ class WorkerPool:
             self._stop.set()
             fetcher.cancel()  # receive() is cancel-safe: an idle wait may last poll_interval
             await asyncio.gather(fetcher, return_exceptions=True)
+            crashed = None if fetcher.cancelled() else fetcher.exception()
+            if crashed is not None:
+                # Not a TransportError (those are retried): a bug. Drain what we hold, then fail
+                # loudly instead of exiting 0 as if stopped on purpose.
+                self._log.error("receiving failed unexpectedly (%s); stopping", describe(crashed))
             await self._release_unstarted()
             await self._drain(workers)
+            if crashed is not None:
+                raise crashed
         finally:
             stopper.cancel()
             watchdog.cancel()

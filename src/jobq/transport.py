@@ -66,8 +66,15 @@ class Publisher(Protocol):
     async def close(self) -> None:
         """Flush and disconnect."""
 
-    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
-        """Enqueue one job."""
+    async def enqueue(self, job: NewJob, *, queue: str | None = None,
+                      timeout: float | None = None) -> str:
+        """Enqueue one job.
 
-    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
-        """Enqueue a batch in as few round trips as the backend allows."""
+        Raises MalformedJob / JobTooLarge for a job that breaks the limits (nothing enqueued),
+        and QueueFull when the queue stayed at ``limits.max_pending`` for ``timeout`` seconds
+        (None: ``limits.enqueue_timeout``).
+        """
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
+                           timeout: float | None = None) -> list[str]:
+        """Enqueue a batch in as few round trips as the backend allows (errors as ``enqueue``)."""

@@ -55,8 +55,8 @@ def test_crash_redeliveries_count_as_attempts() -> None:
 
 
 @pytest.mark.parametrize(("body", "p", "reason"), [
-    (b"{nope", props(), "body is not valid JSON"),
-    (b"\xff\xfe", props(), "body is not valid JSON"),
+    (b"{nope", props(), "body is not JSON"),
+    (b"\xff\xfe", props(), "body is not UTF-8"),
     (b"[1, 2]", props(), "body is not a JSON object (got list)"),
     (b"{}", props(message_id=None), "message has no message_id"),
     (b"{}", props(kind=None), "message has no type"),

@@ -35,13 +35,19 @@ def test_a_retry_waits_in_the_shortest_tier_not_shorter_than_its_delay(
 def test_arguments() -> None:
     quorum = topology(delivery_limit=7)
     assert quorum.work_arguments() == {"x-queue-type": "quorum", "x-delivery-limit": 7,
-                                       "x-dead-letter-exchange": "emails.dlx"}
+                                       "x-dead-letter-exchange": "emails.dlx",
+                                       "x-dead-letter-strategy": "at-least-once",
+                                       "x-overflow": "reject-publish"}
     classic = topology(queue_type="classic", delivery_limit=7)
     assert classic.work_arguments() == {"x-queue-type": "classic",
                                         "x-dead-letter-exchange": "emails.dlx"}
-    assert quorum.tier_arguments(0.25) == {
-        "x-queue-type": "classic", "x-message-ttl": 250, "x-dead-letter-exchange": "jobq",
-        "x-dead-letter-routing-key": "emails"}
+    # Tiers dead-letter at least once (quorum) whatever the work queue: a classic tier dropped
+    # retries that expired while the work queue was unavailable (broker restart).
+    for t in (quorum, classic):
+        assert t.tier_arguments(0.25) == {
+            "x-queue-type": "quorum", "x-message-ttl": 250, "x-dead-letter-exchange": "jobq",
+            "x-dead-letter-routing-key": "emails", "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish"}
 
 
 def failed(text: str) -> ConfigError:

@@ -8,6 +8,8 @@
 -- claiming right now (SKIP LOCKED), so concurrent consumers never wait on each other.
 -- The UPDATE counts the attempt at claim time: a consumer that dies mid-job has still used it,
 -- which is what bounds a job that kills its process.
+-- payload and headers come back as JSON text: jobq checks their size before parsing them, and a
+-- value Python cannot parse becomes a dead-letter reason instead of an error mid-claim.
 -- CTE "async_commit" makes this one statement's commit skip the wait for the WAL flush
 -- (SET LOCAL, the session keeps its setting): the claim returns ~0.1 ms after the UPDATE
 -- instead of after an fsync (0.2-25 ms here). If the server crashes before the flush, the
@@ -130,7 +132,7 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- became visible, with its effects, at the COMMIT that ended it. The attempt counted here
 -- assumes no unsettled earlier start; txn_recount corrects it when there was one.
 -- RETURNING gives the attempts settled before this one (next.attempts), and the run_at the
--- cursor moves to.
+-- cursor moves to; payload and headers as JSON text, checked and parsed by jobq (as in claim).
 WITH next AS (
     SELECT id, attempts, run_at
       FROM {jobs}
@@ -144,8 +146,8 @@ UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), attempts = next.attempts + 1
   FROM next
  WHERE j.id = next.id
-RETURNING j.id, j.kind, j.payload, j.headers, next.attempts, j.max_attempts, j.created_at,
-          next.run_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, next.attempts, j.max_attempts,
+          j.created_at, next.run_at;
 
 -- name: txn_attempt
 -- Count started attempts outside the jobs' transactions (on a connection of its own, one
@@ -259,7 +261,9 @@ INSERT INTO {migrations} (version, title) VALUES (%(version)s, %(title)s);
 SELECT pg_advisory_xact_lock(hashtext(%(key)s));
 
 -- name: dead_list
-SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload
+-- The payload as text: a dead job may be one whose payload Python cannot parse (nested too
+-- deeply); the listing must still show it.
+SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
   FROM {jobs}
  WHERE queue = %(queue)s AND status = 'dead'
  ORDER BY id
@@ -296,3 +300,23 @@ SELECT id FROM purged ORDER BY id;
 -- name: dead_existing
 -- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).
 SELECT id FROM {jobs} WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[]);
+
+-- name: enqueue_bounded
+-- enqueue, for a queue with limits.max_pending: only as many rows go in, in order, as the queue
+-- has room for (the caller waits and sends the rest again, then raises QueueFull).
+-- The room is counted through jobs_pending_idx and the count stops at %(cap)s, so it costs at
+-- most max_pending index entries, whatever the table holds. It takes no lock: producers
+-- inserting at the same instant can each see the same room, overshooting by their batch.
+WITH waiting AS (
+    SELECT count(*) AS n
+      FROM (SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = 'pending' LIMIT %(cap)s) AS w
+)
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
+SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
+       now() + make_interval(secs => t.delay)
+  FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
+              %(max_attempts)s::int[], %(delays)s::float8[]) WITH ORDINALITY
+       AS t(kind, payload, headers, max_attempts, delay, ord)
+ WHERE t.ord <= %(cap)s - (SELECT n FROM waiting)
+ ORDER BY t.ord
+RETURNING id;

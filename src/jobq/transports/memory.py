@@ -133,11 +133,13 @@ class MemoryPublisher:
     async def close(self) -> None:
         """Nothing to flush."""
 
-    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
-        """Add one job."""
+    async def enqueue(self, job: NewJob, *, queue: str | None = None,
+                      timeout: float | None = None) -> str:
+        """Add one job (no depth limit: ``timeout`` is accepted and unused)."""
         return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
                               delay=job.delay)
 
-    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
+                           timeout: float | None = None) -> list[str]:
         """Add several jobs."""
         return [await self.enqueue(job) for job in jobs]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,14 @@ def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = N
     for m in migrations(schema):
         out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(conn)}\n")
     return "\n".join(out)
+
+
+def shown_payload(text: str, limit: int = 500) -> Any:
+    """A dead job's payload for display: parsed, or, if Python cannot parse it, its text cut short."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class PostgresAdmin:
@@ -61,7 +70,7 @@ class PostgresAdmin:
         """Dead jobs of the queue with their error, oldest first."""
         rows = await self._fetch("dead_list", {"queue": self._queue, "limit": limit})
         keys = ("id", "kind", "attempts", "max_attempts", "last_error", "finished_at", "payload")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [dict(zip(keys, (*row[:-1], shown_payload(row[-1])), strict=True)) for row in rows]
 
     async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
                            ) -> list[int]:

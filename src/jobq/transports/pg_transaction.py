@@ -22,7 +22,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.config import ConnectConfig, PostgresConfig
+from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
@@ -44,8 +44,10 @@ class PgTransactionTransport:
     drain_timeout = 0.0  # a claim that finds nothing is the truth: no need to wait
 
     def __init__(self, pool: Pool, settings: PostgresConfig, connect: ConnectConfig, *, queue: str,
-                 concurrency: int, once: bool = False, logger: logging.Logger | None = None) -> None:
+                 concurrency: int, once: bool = False, logger: logging.Logger | None = None,
+                 limits: LimitsConfig | None = None) -> None:
         self._pool = pool
+        self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._connect = connect
         self._queue = queue
@@ -266,7 +268,7 @@ class PgTransactionTransport:
         if started > 1:  # earlier starts never settled: their consumer died mid-job
             with translated("postgres claim"):
                 await conn.execute(self._sql["txn_recount"], {"id": job_id, "attempts": attempt})
-        delivery = row_to_delivery(row[:7], self._queue)
+        delivery = row_to_delivery(row[:7], self._queue, self._limits)
         delivery.job = dataclasses.replace(delivery.job, attempt=attempt, context=conn)
         delivery.handle = Claim(conn, job_id, attempt)
         return delivery

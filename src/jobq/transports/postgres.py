@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.config import ConnectConfig, PostgresConfig
+from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
@@ -50,8 +50,10 @@ class PostgresTransport:
         *,
         queue: str,
         logger: logging.Logger | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
         self._pool = pool
+        self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._connect = connect
         self._queue = queue
@@ -100,7 +102,7 @@ class PostgresTransport:
             self._wake.clear()
             rows = await self._claim(max_count)
             if rows:
-                return [row_to_delivery(row, self._queue) for row in rows]
+                return [row_to_delivery(row, self._queue, self._limits) for row in rows]
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -129,7 +131,10 @@ class PostgresTransport:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
         self._acks.append(delivery.handle)
         if len(self._acks) >= self._cfg.ack_batch:
-            await self._flush()
+            # A failed flush keeps its ids and re-arms the flusher, which retries with backoff:
+            # the ack is not lost, so it must not be reported to the pool as a failed settle.
+            with contextlib.suppress(TransportError):
+                await self._flush()
         else:
             self._acks_waiting.set()
 
@@ -143,13 +148,20 @@ class PostgresTransport:
 
     async def release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken."""
-        await self._run("release", {"ids": [delivery.handle], "worker": self._worker,
-                                    "channel": self._q.channel})
-        self._held.discard(delivery.handle)
+        try:
+            await self._run("release", {"ids": [delivery.handle], "worker": self._worker,
+                                        "channel": self._q.channel})
+        finally:
+            self._held.discard(delivery.handle)
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
-        await self._run(name, {"id": delivery.handle, **params})
-        self._held.discard(delivery.handle)
+        try:
+            await self._run(name, {"id": delivery.handle, **params})
+        finally:
+            # Even when the write failed: a job we stop heartbeating has its lease expire and is
+            # rescued (run again). Kept in _held, its lease would be renewed for as long as this
+            # consumer lives, and the job would stay 'running' and never end.
+            self._held.discard(delivery.handle)
 
     async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
         try:
@@ -177,7 +189,10 @@ class PostgresTransport:
         except BaseException:
             # Failed or cancelled mid-statement (close() cancels the flush loop): keep them for
             # the next try. Acking twice is harmless; the lease keeps them ours meanwhile.
+            # Re-arm the flusher: without it the retry would wait for some later ack, which an
+            # idle consumer never gets, and these jobs would stay 'running' for good.
             self._acks[:0] = ids
+            self._acks_waiting.set()
             raise
         self._held.difference_update(ids)
 

@@ -31,7 +31,7 @@ from typing import Any
 from aio_pika.abc import AbstractExchange
 from aiormq.abc import DeliveredMessage
 
-from jobq.config import RabbitConfig
+from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
@@ -59,13 +59,15 @@ class RabbitTransport:
     drain_timeout = 0.5
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str, prefetch: int,
-                 max_attempts: int, logger: logging.Logger | None = None) -> None:
+                 max_attempts: int, logger: logging.Logger | None = None,
+                 limits: LimitsConfig | None = None) -> None:
         self._link = link
+        self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._queue = queue
         self._prefetch = prefetch
         self._max_attempts = max_attempts
-        self._topology = Topology.configured(settings, queue)
+        self._topology = Topology.configured(settings, queue, self._limits.max_pending)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
@@ -242,7 +244,8 @@ class RabbitTransport:
         tag: int = deliver.delivery_tag
         job, problem = decode_message(message.body, message.header.properties,
                                       redelivered=deliver.redelivered, queue=self._queue,
-                                      max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}")
+                                      max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}",
+                                      limits=self._limits)
         delivery = Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
         if problem is None and job.attempt > job.max_attempts:
             self._spawn(self._exhausted(delivery))

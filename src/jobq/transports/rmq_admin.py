@@ -33,11 +33,12 @@ from jobq.transports.rmq_topology import Topology
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 
 
-def _payload(body: bytes) -> Any:
+def _payload(body: bytes, limit: int = 500) -> Any:
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return body.decode(errors="replace")
+    except (ValueError, RecursionError):  # a dead job may be one that could not be decoded
+        text = body.decode(errors="replace")
+        return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
@@ -61,10 +62,10 @@ class RabbitAdmin:
     """Topology, dead letters and stats for one queue."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, max_pending: int = 0) -> None:
         self._link = link
         self._queue = queue
-        self._topology = Topology.configured(settings, queue)
+        self._topology = Topology.configured(settings, queue, max_pending)
         self._log = logger or logging.getLogger("jobq.admin")
 
     async def init(self) -> str:

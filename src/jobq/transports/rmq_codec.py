@@ -10,6 +10,7 @@ Crash redeliveries add to the attempt: ``x-delivery-count`` on quorum queues, th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Mapping
@@ -19,8 +20,9 @@ from typing import Any
 import aio_pika
 from pamqp.commands import Basic
 
-from jobq.errors import MalformedJob
+from jobq.config import LimitsConfig
 from jobq.job import Job
+from jobq.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
 from jobq.transport import NewJob
 
 ATTEMPT = "x-jobq-attempt"
@@ -32,6 +34,10 @@ DEAD_AT = "x-jobq-dead-at"
 # coarse for end-to-end latency.
 ENQUEUED_AT = "x-jobq-enqueued-at"
 DELIVERY_COUNT = "x-delivery-count"
+_DEFAULT_LIMITS = LimitsConfig()
+# User headers forwarded with a retried / dead-lettered / released copy at most: under the
+# broker's default frame_max (128 KiB) with room for jobq's own headers.
+FORWARD_HEADERS = 96 * 1024
 CONTENT_TYPE = "application/json"
 # Headers jobq or the broker own: never handed to the handler as the job's headers, and
 # dropped (the broker's) or rewritten (jobq's) when a message is published again.
@@ -45,16 +51,11 @@ def new_job_id() -> str:
     return str(secrets.randbits(63) or 1)
 
 
-def encode(job: NewJob, *, job_id: str, max_attempts: int) -> aio_pika.Message:
-    """The message for a new job; MalformedJob if kind or payload cannot make one."""
-    if not job.kind:
-        raise MalformedJob("kind must be a non-empty string")
-    if not isinstance(job.payload, dict):
-        raise MalformedJob(f"payload must be a JSON object, got {type(job.payload).__name__}")
-    try:
-        body = json.dumps(job.payload, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as exc:
-        raise MalformedJob(f"payload is not JSON-serialisable: {exc}") from exc
+def encode(job: NewJob, *, job_id: str, max_attempts: int,
+           limits: LimitsConfig | None = None) -> aio_pika.Message:
+    """The message for a new job; MalformedJob / JobTooLarge if it breaks the limits."""
+    encode_new_job(job, limits or _DEFAULT_LIMITS)  # the shared checks: kind, shape, sizes
+    body = json.dumps(job.payload, separators=(",", ":")).encode()
     headers: dict[str, Any] = {str(k): str(v) for k, v in job.headers.items()}
     now = datetime.now(UTC)
     headers[ATTEMPT] = 1
@@ -76,9 +77,21 @@ def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
               drop: tuple[str, ...] = ()) -> aio_pika.Message:
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
-    ``headers`` set."""
-    kept = {k: v for k, v in (props.headers or {}).items()
-            if k not in _BROKER_HEADERS and k not in drop}
+    ``headers`` set.
+
+    User headers too large to travel again are dropped (and the drop noted): a header frame
+    over the broker's frame_max closes the whole connection, so forwarding a message that came
+    in with near-frame-size headers plus jobq's would fail forever and take every in-flight
+    job of the consumer down with it each time.
+    """
+    original = props.headers if isinstance(props.headers, Mapping) else {}
+    kept = {k: v for k, v in original.items() if k not in _BROKER_HEADERS and k not in drop}
+    user = [k for k in kept if not str(k).startswith("x-")]
+    size = sum(len(str(k)) + len(as_text(kept[k])) for k in user)
+    if size > FORWARD_HEADERS:
+        for k in user:
+            del kept[k]
+        kept["x-jobq-headers-dropped"] = f"{len(user)} headers, about {size:,} bytes: too large to forward"
     kept.update(headers)
     return make_message(body, headers=kept, message_id=props.message_id, kind=props.message_type,
                         timestamp=props.timestamp, content_type=props.content_type)
@@ -88,43 +101,79 @@ def _int(value: Any, default: int) -> int:
     return value if type(value) is int else default
 
 
-def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: str,
-           max_attempts: int, fallback_id: str) -> tuple[Job, str | None]:
-    """The job a message carries and, if it is not a valid one, why (the job is then partial)."""
-    headers: Mapping[str, Any] = props.headers or {}
-    count = headers.get(DELIVERY_COUNT)
-    redeliveries = count if type(count) is int else int(redelivered)
-    job_id = props.message_id
-    kind = props.message_type
-    problem = None
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        payload, problem = {}, f"body is not valid JSON ({exc})"
-    if not isinstance(payload, dict):
-        problem = problem or f"body is not a JSON object (got {type(payload).__name__})"
-        payload = {}
+def _counter_problem(headers: Mapping[str, Any], name: str, minimum: int) -> str | None:
+    """Why jobq's counter header ``name`` is unusable; absent is fine (a foreign producer)."""
+    value = headers.get(name)
+    if value is None or (type(value) is int and value >= minimum):
+        return None
+    return f"header {name} is not an integer >= {minimum} (got {type(value).__name__} {value!r:.40})"
+
+
+def _identity(props: Basic.Properties) -> tuple[str | None, str | None]:
+    """Why the message's id or kind cannot be a job's, or None each."""
+    job_id, kind = props.message_id, props.message_type
+    id_problem = None
     if not job_id:
-        problem = problem or "message has no message_id (the job id)"
-    if not kind:
-        problem = problem or "message has no type (the job kind)"
+        id_problem = "message has no message_id (the job id)"
+    elif not isinstance(job_id, str):
+        id_problem = f"message_id is not a string (got {type(job_id).__name__})"
+    kind_text = None if kind is None or kind == "" else kind_problem(kind)
+    return id_problem, ("message has no type (the job kind)" if not kind else kind_text)
+
+
+def _user_headers(headers: Mapping[str, Any], limits: LimitsConfig) -> tuple[dict[str, str], str | None]:
+    """The job's own headers (not x-) as text, and why they are too large, if they are."""
+    texts = {str(k): as_text(v) for k, v in headers.items() if not str(k).startswith("x-")}
+    rough = sum(len(k) + len(v) + 6 for k, v in texts.items()) + 2  # about the JSON length
+    if rough * 2 < limits.max_headers:
+        return texts, None  # the usual case: far under the limit, not worth measuring exactly
+    size = utf8_size(json.dumps(texts, ensure_ascii=False))
+    return texts, too_large("headers", size, limits.max_headers, "limits.max_headers")
+
+
+def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: str,
+           max_attempts: int, fallback_id: str, limits: LimitsConfig | None = None
+           ) -> tuple[Job, str | None]:
+    """The job a message carries and, if it is not a valid one, why (the job is then partial).
+
+    Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
+    object, a missing or wrong-typed id or kind, headers that are not a table or too large all
+    end as the reason.
+    """
+    limits = limits or _DEFAULT_LIMITS
+    raw_headers = props.headers
+    headers: Mapping[str, Any] = raw_headers if isinstance(raw_headers, Mapping) else {}
+    count = headers.get(DELIVERY_COUNT)
+    redeliveries = count if type(count) is int else int(bool(redelivered))
+    payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
+    id_problem, kind_problem_ = _identity(props)
+    texts, headers_problem = _user_headers(headers, limits)
+    if raw_headers is not None and not isinstance(raw_headers, Mapping):
+        headers_problem = f"headers are not a table (got {type(raw_headers).__name__})"
+    problem = (body_problem or id_problem or kind_problem_ or headers_problem
+               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1))
+    job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
+    kind = props.message_type if isinstance(props.message_type, str) else ""
     job = Job(
         id=job_id or fallback_id,
         queue=queue,
-        kind=kind or "",
+        kind=kind,
         payload=payload,
         attempt=_int(headers.get(ATTEMPT), 1) + redeliveries,
         max_attempts=_int(headers.get(MAX_ATTEMPTS), max_attempts),
         enqueued_at=_enqueued_at(headers.get(ENQUEUED_AT), props.timestamp),
-        headers={k: as_text(v) for k, v in headers.items() if not k.startswith("x-")},
+        headers=texts,
     )
     return job, problem
 
 
-def _enqueued_at(precise: Any, coarse: datetime | None) -> datetime | None:
-    return datetime.fromtimestamp(precise, UTC) if type(precise) is float else coarse
+def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:
+    if type(precise) is float:
+        with contextlib.suppress(ValueError, OverflowError, OSError):
+            return datetime.fromtimestamp(precise, UTC)
+    return coarse if isinstance(coarse, datetime) else None
 
 
 def as_text(value: Any) -> str:
     """A header value as text."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)

@@ -3,6 +3,11 @@
 Confirms are pipelined: a window of publishes is in flight at once and the broker confirms
 them as it goes, instead of one round trip per message. ``mandatory`` is set, so a message no
 queue would take comes back as an error instead of vanishing.
+
+Every job is checked against the limits before anything is published. With
+``limits.max_pending`` the work queue refuses publishes once full (x-max-length,
+reject-publish): the refused messages are published again, with backoff, until they are
+confirmed or the timeout passes; then QueueFull, carrying the ids that were accepted.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ import logging
 from collections.abc import Sequence
 
 import aiormq
+from aio_pika import Message
 from aio_pika.abc import AbstractChannel, AbstractExchange
 
-from jobq.config import RabbitConfig
-from jobq.errors import ConnectionLost, TransportError
+from jobq.config import LimitsConfig, RabbitConfig
+from jobq.errors import ConnectionLost, QueueFull, TransportError
 from jobq.transport import NewJob
 from jobq.transports.rmq_codec import encode, new_job_id
 from jobq.transports.rmq_connect import RabbitLink, describe_amqp, translated
@@ -28,8 +34,10 @@ class RabbitPublisher:
     """Publisher for the RabbitMQ backend; declares each queue's topology on first use."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 max_attempts: int, logger: logging.Logger | None = None) -> None:
+                 max_attempts: int, logger: logging.Logger | None = None,
+                 limits: LimitsConfig | None = None) -> None:
         self._link = link
+        self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._queue = queue
         self._max_attempts = max_attempts
@@ -40,7 +48,7 @@ class RabbitPublisher:
 
     def topology(self, queue: str) -> Topology:
         """The topology ``queue`` is published into."""
-        return Topology.configured(self._cfg, queue)
+        return Topology.configured(self._cfg, queue, self._limits.max_pending)
 
     async def open(self) -> None:
         """Declare the default queue's topology and open the confirming channel."""
@@ -53,33 +61,62 @@ class RabbitPublisher:
             with translated("rabbitmq close"):
                 await channel.close()
 
-    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
+    async def enqueue(self, job: NewJob, *, queue: str | None = None,
+                      timeout: float | None = None) -> str:
         """Publish one job and wait for its confirm; return its id."""
-        (job_id,) = await self.enqueue_many([job], queue=queue)
+        (job_id,) = await self.enqueue_many([job], queue=queue, timeout=timeout)
         return job_id
 
-    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
+                           timeout: float | None = None) -> list[str]:
         """Publish jobs with up to WINDOW confirms outstanding; return their ids in order."""
         queue = queue or self._queue
+        messages = [encode(job, job_id=new_job_id(), max_attempts=self._max_attempts,
+                           limits=self._limits) for job in jobs]
+        ids = [str(m.message_id) for m in messages]
+        wait = self._limits.enqueue_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + wait, 0.02
+        waiting = list(range(len(jobs)))
+        while True:
+            refused = await self._publish(queue, jobs, messages, waiting)
+            if not refused:
+                return ids
+            left = deadline - loop.time()
+            if left <= 0:
+                taken = set(range(len(jobs))) - set(refused)
+                raise QueueFull(
+                    f"queue {queue!r} is full: {self._limits.max_pending} jobs ready "
+                    f"(limits.max_pending), no room for {len(refused)} more within {wait:g}s",
+                    accepted=tuple(ids[i] for i in sorted(taken)))
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 0.5)
+            waiting = refused
+
+    async def _publish(self, queue: str, jobs: Sequence[NewJob], messages: Sequence[Message],
+                       which: list[int]) -> list[int]:
+        """Publish ``messages[i] for i in which``; return those a full queue refused."""
         exchange = await self._ready(queue)
         topology = self.topology(queue)
-        ids = [new_job_id() for _ in jobs]
-        messages = [encode(job, job_id=job_id, max_attempts=self._max_attempts)
-                    for job, job_id in zip(jobs, ids, strict=True)]
         assert self._channel is not None
         default = self._channel.default_exchange
-        for start in range(0, len(jobs), WINDOW):
+        refused: list[int] = []
+        for start in range(0, len(which), WINDOW):
             sends = []
-            for job, message in zip(jobs[start:start + WINDOW], messages[start:start + WINDOW],
-                                    strict=True):
-                tier = topology.tier_for(job.delay)
+            for i in which[start:start + WINDOW]:
+                tier = topology.tier_for(jobs[i].delay)
                 target, key = (default, tier) if tier else (exchange, queue)
-                sends.append(target.publish(message, routing_key=key, mandatory=True))
+                sends.append(target.publish(messages[i], routing_key=key, mandatory=True))
             results = await asyncio.gather(*sends, return_exceptions=True)
-            failure = next((r for r in results if isinstance(r, BaseException)), None)
-            if failure is not None:
-                raise self._explain(failure, queue) from failure
-        return ids
+            for i, result in zip(which[start:start + WINDOW], results, strict=True):
+                if not isinstance(result, BaseException):
+                    continue
+                if (self._limits.max_pending and isinstance(result, aiormq.exceptions.DeliveryError)
+                        and not isinstance(result, aiormq.exceptions.PublishError)):
+                    refused.append(i)  # a negative confirm: the queue is at x-max-length
+                else:
+                    raise self._explain(result, queue) from result
+        return refused
 
     async def _ready(self, queue: str) -> AbstractExchange:
         """The exchange to publish on, connecting and declaring ``queue`` first if needed."""

@@ -1,0 +1,121 @@
+"""Message checks shared by every transport: what a producer may enqueue, what a consumer accepts.
+
+At enqueue a bad job is refused with an error naming the problem (``MalformedJob``, or
+``JobTooLarge`` for the size limits). On receipt the same rules turn a message that got in
+anyway (an older producer, a hand-written INSERT, another client) into a reason string, and
+the pool dead-letters it with that reason instead of running it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from jobq.config import LimitsConfig
+from jobq.errors import JobTooLarge, MalformedJob
+from jobq.transport import NewJob
+
+MAX_KIND = 200  # characters; a kind is a routing key, not data
+
+
+def too_large(what: str, size: int, limit: int, key: str) -> str | None:
+    """The reason text when ``size`` bytes exceed ``limit``, else None."""
+    if size <= limit:
+        return None
+    return f"{what} {_is(what)} {size:,} bytes as JSON, over the limit of {limit:,} ({key})"
+
+
+def _is(what: str) -> str:
+    return "are" if what.endswith("s") else "is"
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, without encoding it when the answer is already known."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def kind_problem(kind: Any) -> str | None:
+    """Why ``kind`` is not a usable kind, or None."""
+    if not isinstance(kind, str):
+        return f"kind is not a string (got {type(kind).__name__})"
+    if not kind:
+        return "kind is empty"
+    if len(kind) > MAX_KIND:
+        return f"kind is longer than {MAX_KIND} characters"
+    if "\x00" in kind:
+        return "kind contains a NUL character"
+    return None
+
+
+def headers_problem(headers: Mapping[Any, Any]) -> str | None:
+    """Why ``headers`` are not a flat mapping of strings to scalars, or None."""
+    for key, value in headers.items():
+        if not isinstance(key, str):
+            return f"header name {key!r} is not a string"
+        if value is not None and not isinstance(value, str | int | float | bool):
+            return f"header {key[:50]!r} is not a string (got {type(value).__name__})"
+    return None
+
+
+def encode_new_job(job: NewJob, limits: LimitsConfig) -> tuple[str, str]:
+    """``job``'s payload and headers as JSON text, checked against ``limits``.
+
+    Raises MalformedJob (bad kind, payload not a JSON object, headers not string to string,
+    not serialisable) or JobTooLarge, each naming the problem.
+    """
+    problem = kind_problem(job.kind)
+    if problem:
+        raise MalformedJob(problem)
+    if not isinstance(job.payload, Mapping):
+        raise MalformedJob(f"payload must be a JSON object, got {type(job.payload).__name__}")
+    if not isinstance(job.headers, Mapping):
+        raise MalformedJob(f"headers must be a mapping, got {type(job.headers).__name__}")
+    problem = headers_problem(job.headers)
+    if problem:
+        raise MalformedJob(problem)
+    try:
+        payload = json.dumps(dict(job.payload), allow_nan=False)
+        headers = json.dumps({k: str(v) for k, v in job.headers.items()})
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise MalformedJob(f"payload is not JSON-serialisable: {exc}") from exc
+    # json.dumps escapes non-ASCII, so len() is the byte size.
+    for what, text, limit, key in (("payload", payload, limits.max_payload, "limits.max_payload"),
+                                   ("headers", headers, limits.max_headers, "limits.max_headers")):
+        reason = too_large(what, len(text), limit, key)
+        if reason:
+            raise JobTooLarge(reason)
+    return payload, headers
+
+
+def decode_object(raw: Any, what: str, limit: int, key: str) -> tuple[dict[str, Any], str | None]:
+    """Raw message data (bytes, JSON text, or an already decoded value) into a JSON object.
+
+    Never raises: returns ``({}, reason)`` when ``raw`` is too large, not UTF-8, not JSON, too
+    deeply nested, or not an object.
+    """
+    value: Any = raw
+    if isinstance(raw, bytes | bytearray | memoryview):
+        raw = bytes(raw)
+        reason = too_large(what, len(raw), limit, key)
+        if reason:
+            return {}, reason
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return {}, f"{what} {_is(what)} not UTF-8 ({exc.reason} at byte {exc.start})"
+    if isinstance(raw, str):
+        reason = too_large(what, utf8_size(raw), limit, key)
+        if reason:
+            return {}, reason
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"{what} {_is(what)} not JSON ({exc})"
+        except RecursionError:
+            return {}, f"{what} {_is(what)} nested too deeply to decode"
+    if not isinstance(value, dict):
+        return {}, f"{what} {_is(what)} not a JSON object (got {type(value).__name__})"
+    return value, None

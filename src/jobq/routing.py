@@ -1,0 +1,53 @@
+"""One processor per job kind (``consumer.processors``), the single ``processor`` as the default.
+
+A job whose kind has no processor and no default fails with UnknownKind, a PermanentError:
+the pool dead-letters it with a reason naming the kind, and the consumer goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jobq.config import ConsumerConfig
+from jobq.errors import ConfigError, UnknownKind
+from jobq.job import Job
+from jobq.processor import Handler, as_async, load_processor
+
+
+class KindRouter:
+    """Runs the handler registered for ``job.kind``, else the default, else UnknownKind."""
+
+    def __init__(self, routes: Mapping[str, Handler], default: Handler | None) -> None:
+        self._routes = dict(routes)
+        self._default = default
+        self._known = ", ".join(sorted(routes)[:20])
+
+    async def __call__(self, job: Job) -> None:
+        """Dispatch ``job`` by its kind."""
+        handler = self._routes.get(job.kind, self._default)
+        if handler is None:
+            raise UnknownKind(f"no processor for kind {job.kind[:100]!r} (known kinds: {self._known}; "
+                              "no default processor)")
+        await handler(job)
+
+
+def _load(kind: str, entry: Any) -> Handler:
+    spec, args = (entry, {}) if isinstance(entry, str) else (entry["processor"], entry.get("args", {}))
+    try:
+        return as_async(load_processor(spec, args))
+    except ConfigError as exc:
+        raise ConfigError(str(exc).split(": ", 1)[-1], key=f"consumer.processors.{kind}") from exc
+
+
+def build_handler(consumer: ConsumerConfig) -> Handler:
+    """The pool's handler: the single processor, or a KindRouter when kinds are routed."""
+    default = (as_async(load_processor(consumer.processor, consumer.processor_args))
+               if consumer.processor else None)
+    if not consumer.processors:
+        if default is None:
+            raise ConfigError("no processor: set consumer.processor or consumer.processors",
+                              key="consumer.processor")
+        return default  # one processor: no routing step on the hot path
+    return KindRouter({kind: _load(kind, entry) for kind, entry in consumer.processors.items()},
+                      default)

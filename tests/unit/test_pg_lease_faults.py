@@ -1,0 +1,105 @@
+"""Lease-mode bookkeeping when a write to the server fails (no server: the statements are faked).
+
+Regressions: a failed retry/dead-letter kept the job in the heartbeat set, so its lease was renewed
+for as long as the consumer lived and the job never ended; a failed ack flush waited for a later
+ack before trying again, which an idle consumer never gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from jobq.config import ConnectConfig, PostgresConfig
+from jobq.errors import ConnectionLost, TransportError
+from jobq.job import Delivery, Job
+from jobq.transports.postgres import PostgresTransport
+
+
+class FakeServer:
+    """Stands in for PostgresTransport._run: records statements, fails the ones it is told to."""
+
+    def __init__(self, fail: dict[str, int]) -> None:
+        self.fail = dict(fail)  # statement name -> how many times to fail it
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
+        self.calls.append((name, params))
+        if self.fail.get(name, 0) > 0:
+            self.fail[name] -= 1
+            raise ConnectionLost(f"postgres {name}: server closed the connection unexpectedly")
+        if name == "claim":
+            return [(i, "k", {}, {}, 1, 5, None) for i in range(1, params["limit"] + 1)]
+        return []
+
+    def ids_of(self, name: str) -> list[list[int]]:
+        return [list(p.get("ids", [p.get("id")])) for n, p in self.calls if n == name]
+
+
+def transport(server: FakeServer, **settings: Any) -> PostgresTransport:
+    cfg = PostgresConfig(notify=False, heartbeat=0.05, rescue_interval=0.05, ack_interval=0.01,
+                         **settings)
+    t = PostgresTransport(None, cfg, ConnectConfig(backoff_base=0.01, backoff_max=0.02),  # type: ignore[arg-type]
+                          queue="q")
+    t._run = server.run  # type: ignore[method-assign]
+    return t
+
+
+def delivery(job_id: int) -> Delivery:
+    return Delivery(job=Job(id=str(job_id), queue="q", kind="k", payload={}), handle=job_id)
+
+
+@pytest.mark.parametrize("settle", ["retry", "dead"])
+async def test_a_job_whose_settle_failed_is_no_longer_heartbeated(settle: str) -> None:
+    server = FakeServer({settle: 1})
+    t = transport(server)
+    await t.open()
+    try:
+        got = await t.receive(2, 0.1)
+        assert [d.handle for d in got] == [1, 2]
+        with pytest.raises(TransportError):
+            if settle == "retry":
+                await t.retry(got[0], 1.0, "ValueError: boom")
+            else:
+                await t.dead_letter(got[0], "PermanentError: no")
+        server.calls.clear()
+        await asyncio.sleep(0.3)
+        beats = server.ids_of("heartbeat")
+        assert beats, "the heartbeat should still run for the job we hold"
+        # Job 1's lease is left to expire, so a rescue hands it out again; job 2 is still ours.
+        assert all(ids == [2] for ids in beats), beats
+    finally:
+        await t.close()
+
+
+async def test_a_failed_ack_flush_is_retried_without_waiting_for_another_ack() -> None:
+    server = FakeServer({"ack": 2})
+    t = transport(server)
+    await t.open()
+    try:
+        (job,) = await t.receive(1, 0.1)
+        await t.ack(job)
+        await asyncio.sleep(0.5)  # no further ack arrives: an idle consumer
+        acks = server.ids_of("ack")
+        assert acks == [[1], [1], [1]]  # failed twice, then written
+        server.calls.clear()
+        await asyncio.sleep(0.2)
+        assert server.ids_of("heartbeat") == []  # acked: no longer held
+    finally:
+        await t.close()
+
+
+async def test_a_full_ack_batch_that_fails_to_flush_is_not_reported_as_a_failed_settle() -> None:
+    server = FakeServer({"ack": 1})
+    t = transport(server, ack_batch=2)
+    await t.open()
+    try:
+        jobs = await t.receive(2, 0.1)
+        for job in jobs:
+            await t.ack(job)  # the second one flushes inline, fails, and must not raise
+        await asyncio.sleep(0.3)
+        assert server.ids_of("ack")[-1] == [1, 2]
+    finally:
+        await t.close()
