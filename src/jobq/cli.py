@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -147,8 +148,14 @@ def admin_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def consumer_main(argv: Sequence[str] | None = None) -> int:
     """``consumer``: run the worker pool until SIGTERM (or, with --once, until drained)."""
+    # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
+    signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser().parse_args(argv)
     return _run(lambda s: commands.consume(s, stats_json=args.stats_json), args)
 

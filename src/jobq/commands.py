@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -20,6 +21,7 @@ from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
+from jobq.pool import WorkerPool
 from jobq.transport import NewJob
 
 log = logging.getLogger("jobq")
@@ -52,26 +54,45 @@ async def _observers(settings: Settings, container: Any, pool: Any, transport: A
 
 
 async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
-    """Run the worker pool until stopped (or drained with --once); 130 after a forced stop."""
+    """Run the worker pool until stopped (or drained with --once); 130 after a forced stop.
+
+    SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
+    retrying an unreachable server) a signal abandons the start-up and exits 0.
+    """
+    pools: list[WorkerPool] = []
+    stopping: list[float] = []
+
+    def stop() -> None:
+        stopping.append(time.monotonic())
+        if pools:
+            pools[0].stop()
+            return
+        # Still starting (connecting, perhaps retrying an unreachable server): nothing was
+        # received, so nothing needs handing back or flushing. Leave at once; cancelling
+        # dependency-injector's pending resource initialisation only prints its tracebacks.
+        log.info("stopped during start-up")
+        logging.shutdown()
+        os._exit(0)
+
+    with signals_to(stop):
+        return await _consume(settings, stats_json, pools, stopping)
+
+
+async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
+                   stopping: list[float]) -> int:
     async with wired(settings) as container:
         pool = await resolve(container.worker_pool())
         transport = await resolve(container.transport())
         metrics, server, monitor = await _observers(settings, container, pool, transport)
-        stopping: list[float] = []
-
-        def stop() -> None:
-            stopping.append(time.monotonic())
-            pool.stop()
-
         await transport.open()
+        pools.append(pool)
         metrics.ready = True
         monitor.start()
         log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
                  settings.transport, settings.consumer.concurrency, settings.consumer.processor,
                  f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
         try:
-            with signals_to(stop):
-                stats = await pool.run()
+            stats = await pool.run()
         finally:
             metrics.ready = False
             await monitor.stop()

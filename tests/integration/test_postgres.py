@@ -170,3 +170,15 @@ def test_bad_config_and_unreachable_database_exit_with_one_line(tmp_path: Path, 
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("jobq: cannot reach PostgreSQL at 127.0.0.1:1 after 2 attempts")
     assert "attempt 1/2" in result.stderr  # each try is logged
+
+
+def test_sigterm_while_still_connecting_exits_0_at_once(schema: str) -> None:
+    env = schema_env(schema, JOBQ_PG_DSN="postgresql://jobq@127.0.0.1:1/nowhere",
+                     JOBQ_CONNECT__ATTEMPTS="50", JOBQ_CONNECT__BACKOFF_BASE="0.2")
+    proc = start_cli("consumer", *pg_args("q"), env=env)
+    time.sleep(2.0)  # retrying the unreachable server
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - started < 3 and "attempt 1/50" in err and "Traceback" not in err
