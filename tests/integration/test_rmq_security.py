@@ -51,7 +51,9 @@ def tenant(amqp_url: str, queue_name: str) -> Iterator[dict[str, str]]:
 
 def test_the_documented_permissions_are_enough_and_no_more(
         tenant: dict[str, str], queue_name: str, tmp_path: Path) -> None:
-    env = cli_env(JOBQ_AMQP_URL=tenant["url"], JOBQ_CONNECT__ATTEMPTS="2")
+    # Retries stay in the 1 s tier and never run out, so every demo job completes within the wait.
+    env = cli_env(JOBQ_AMQP_URL=tenant["url"], JOBQ_CONNECT__ATTEMPTS="2", JOBQ_RETRY__MAX_DELAY="1",
+                  JOBQ_RETRY__MAX_ATTEMPTS="20")
     config = ["--config", str(ROOT / "configs" / "rabbitmq.yaml"), "--queue", queue_name]
     for done in (run_cli("jobq", "init", *config, env=env),
                  run_cli("producer", *config, "--count", "20", "--kind", "demo", env=env),
