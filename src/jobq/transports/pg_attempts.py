@@ -16,6 +16,7 @@ their count is in the job's row now.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,10 +70,15 @@ class AttemptLog:
         self._done.append(job_id)
 
     async def close(self) -> None:
-        """Forget the jobs acked since the last batch; give the connections back to the pool."""
+        """Forget the jobs acked since the last batch; give the connections back to the pool.
+
+        The forget is housekeeping (a leftover entry of a done job is never read again), so a
+        connection lost at shutdown must not fail it: the consumer exits 0 after a clean drain.
+        """
         try:
             if self._done:
-                await self._write(self._forget, {"done": array(self._done)})
+                with contextlib.suppress(TransportError):
+                    await self._write(self._forget, {"done": array(self._done)})
         finally:
             idle, self._idle = self._idle, []
             for conn in idle:
