@@ -20,6 +20,7 @@ from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
+from jobq.startup import open_transport
 from jobq.transport import NewJob
 
 log = logging.getLogger("jobq")
@@ -63,7 +64,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
             stopping.append(time.monotonic())
             pool.stop()
 
-        await transport.open()
+        await open_transport(transport, settings.connect, log)
         metrics.ready = True
         monitor.start()
         log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
