@@ -22,6 +22,7 @@ from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pool import WorkerPool
+from jobq.startup import open_transport
 from jobq.transport import NewJob
 
 log = logging.getLogger("jobq")
@@ -84,7 +85,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         pool = await resolve(container.worker_pool())
         transport = await resolve(container.transport())
         metrics, server, monitor = await _observers(settings, container, pool, transport)
-        await transport.open()
+        await open_transport(transport, settings.connect, log)
         pools.append(pool)
         metrics.ready = True
         monitor.start()
