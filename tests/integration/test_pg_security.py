@@ -116,8 +116,6 @@ def test_a_schema_name_with_quotes_and_sql_is_only_ever_an_identifier(pg_dsn: st
     tag = uuid.uuid4().hex[:8]
     sentinel = f"t_sentinel_{tag}"
     hostile = f't"; DROP TABLE {sentinel}.victim; --'
-    execute(pg_dsn, sql.SQL("CREATE SCHEMA {0}; CREATE TABLE {0}.victim (x int)").format(
-        sql.Identifier(sentinel)))
     with pytest.raises(ConfigError, match=r"postgres\.schema: bad value"):
         load_settings(None, {"postgres.schema": hostile}, env={})  # refused by validation ...
     base = load_settings(ROOT / "configs" / "postgres.yaml", {
@@ -142,6 +140,8 @@ def test_a_schema_name_with_quotes_and_sql_is_only_ever_an_identifier(pg_dsn: st
             return list(ids)
 
     try:
+        execute(pg_dsn, sql.SQL("CREATE SCHEMA {0}; CREATE TABLE {0}.victim (x int)").format(
+            sql.Identifier(sentinel)))
         ids = asyncio.run(everything())
         assert sorted(completions(tmp_path)) == sorted(ids)
         victim = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(sentinel, "victim"))
