@@ -21,7 +21,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from jobq.api import connect_publisher
-from jobq.config import load_settings
+from jobq.config import Settings, load_settings
 from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,16 @@ def record_args(record_dir: Path, options: Options) -> list[str]:
             "-n", str(options.concurrency), "--shutdown-timeout", "15", "--log-level", "warning"]
 
 
+async def enqueue_numbered(settings: Settings, count: int) -> list[str]:
+    """Enqueue jobs numbered 0..count-1 through the Python API; the ids it returned are the record."""
+    ids: list[str] = []
+    async with connect_publisher(settings) as publisher:
+        for start in range(0, count, 5000):
+            batch = [NewJob(kind="chaos", payload={"n": n}) for n in range(start, min(count, start + 5000))]
+            ids.extend(await publisher.enqueue_many(batch))
+    return ids
+
+
 class PostgresBackend:
     """Postgres lease (or transaction) mode on a fresh schema."""
 
@@ -160,13 +170,7 @@ class PostgresBackend:
         settings = load_settings(ROOT / "configs" / "postgres.yaml", {
             "postgres.dsn": self.dsn, "postgres.schema": self.schema, "queue": self.queue,
             "log.level": "warning"}, env={})
-        ids: list[str] = []
-        async with connect_publisher(settings) as publisher:
-            for start in range(0, count, 5000):
-                batch = [NewJob(kind="chaos", payload={"n": n})
-                         for n in range(start, min(count, start + 5000))]
-                ids.extend(await publisher.enqueue_many(batch))
-        return ids
+        return await enqueue_numbered(settings, count)
 
     def _query(self, query: sql.Composed | sql.SQL, params: tuple[object, ...] = ()
                ) -> list[tuple[object, ...]]:

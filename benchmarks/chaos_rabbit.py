@@ -12,10 +12,17 @@ from urllib.parse import urlsplit
 
 import aio_pika
 
-from benchmarks.chaos_backends import BIN, ROOT, FinalState, Options, base_env, record_args, wait_tcp
-from jobq.api import connect_publisher
+from benchmarks.chaos_backends import (
+    BIN,
+    ROOT,
+    FinalState,
+    Options,
+    base_env,
+    enqueue_numbered,
+    record_args,
+    wait_tcp,
+)
 from jobq.config import load_settings
-from jobq.transport import NewJob
 
 AMQP_URL = os.environ.get("JOBQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 TIERS = (1.0, 5.0, 30.0, 300.0)
@@ -63,13 +70,7 @@ class RabbitBackend:
         settings = load_settings(ROOT / "configs" / "rabbitmq.yaml", {
             "rabbitmq.url": self.url, "rabbitmq.queue_type": self.queue_type, "queue": self.queue,
             "log.level": "warning"}, env={})
-        ids: list[str] = []
-        async with connect_publisher(settings) as publisher:
-            for start in range(0, count, 5000):
-                batch = [NewJob(kind="chaos", payload={"n": n})
-                         for n in range(start, min(count, start + 5000))]
-                ids.extend(await publisher.enqueue_many(batch))
-        return ids
+        return await enqueue_numbered(settings, count)
 
     def _messages(self) -> int | None:
         """Messages (ready + unacknowledged) in the work queue and its retry tiers."""

@@ -7,8 +7,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -124,3 +125,13 @@ def fetch(dsn: str, query: str | sql.Composable, params: Sequence[object] = ()) 
     """Run one query and return its rows (test-side checks)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass; return whether it was."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False

@@ -19,8 +19,8 @@ from jobq.api import resolve, wired
 from jobq.config import load_settings
 from jobq.errors import ConfigError
 from jobq.transport import NewJob
-from tests.conftest import ROOT, cli_env, fetch, run_cli, start_cli
-from tests.integration.test_postgres import status_counts, wait_until
+from tests.conftest import ROOT, cli_env, fetch, run_cli, start_cli, wait_until
+from tests.integration.test_postgres import status_counts
 from tests.processors import completions
 
 GRANTS = re.search(r"<!-- grants:begin -->\s*```sql\n(.*?)```", (ROOT / "docs" / "security.md").read_text(),

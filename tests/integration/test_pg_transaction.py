@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from jobq.sql import Queries
-from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
+from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.processors import completions
 
 TXN = ("--claim", "transaction")
@@ -47,14 +47,6 @@ def effects(dsn: str, schema: str) -> collections.Counter[int]:
     rows = fetch(dsn, sql.SQL("SELECT job_id FROM {}").format(table(schema, "effects")))
     return collections.Counter(int(r[0]) for r in rows)  # type: ignore[call-overload]
 
-
-def wait_until(predicate: object, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_four_instances_sweep_5000_jobs_exactly_once(

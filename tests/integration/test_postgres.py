@@ -10,7 +10,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli
+from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.processors import completions
 
 RECORD = "tests.processors:record"
@@ -29,14 +29,6 @@ def produce(schema: str, queue: str, count: int, *extra: str) -> None:
     result = run_cli("producer", *pg_args(queue), "--count", str(count), *extra, env=schema_env(schema))
     assert result.returncode == 0, result.stderr
 
-
-def wait_until(predicate: object, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_three_consumers_drain_5000_jobs_exactly_once(

@@ -17,8 +17,7 @@ import aio_pika
 import aiormq
 import pytest
 
-from tests.conftest import ROOT, cli_env, run_cli, start_cli
-from tests.integration.test_postgres import wait_until
+from tests.conftest import ROOT, cli_env, run_cli, start_cli, wait_until
 from tests.processors import completions
 
 BLOCK = re.search(r"<!-- rabbitmq-permissions:begin -->\s*```sh\n(.*?)```",
