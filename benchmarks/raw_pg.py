@@ -64,18 +64,24 @@ async def consume(args: argparse.Namespace) -> None:
             await conn.execute(ack, {"ids": [row[0] for row in rows]})
 
 
-def main() -> None:
-    """``python -m benchmarks.raw_pg --dsn ... --schema ... --queue ... --dir ...``."""
-    p = argparse.ArgumentParser(description=__doc__)
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments both raw Postgres baselines take."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--dsn", required=True)
     p.add_argument("--schema", required=True)
     p.add_argument("--queue", required=True)
     p.add_argument("--dir", required=True, help="completion record directory")
-    p.add_argument("--batch", type=int, default=100)
     p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
     p.add_argument("--poll", type=float, default=0.01, help="seconds between empty claims")
     p.add_argument("--once", action="store_true", help="exit when a claim finds nothing")
     p.add_argument("--gate", default="", help="hold jobs until this file exists")
+    return p
+
+
+def main() -> None:
+    """``python -m benchmarks.raw_pg --dsn ... --schema ... --queue ... --dir ...``."""
+    p = parser(__doc__)
+    p.add_argument("--batch", type=int, default=100)
     asyncio.run(consume(p.parse_args()))
 
 

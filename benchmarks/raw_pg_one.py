@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.processors import Gate, Recorder
+from benchmarks.raw_pg import parser
 
 NEXT = """
 SELECT id, payload FROM {jobs}
@@ -57,16 +58,8 @@ async def consume(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """``python -m benchmarks.raw_pg_one --dsn ... --schema ... --queue ... --dir ...``."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--dsn", required=True)
-    p.add_argument("--schema", required=True)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--dir", required=True, help="completion record directory")
+    p = parser(__doc__)
     p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
-    p.add_argument("--poll", type=float, default=0.01, help="seconds between empty claims")
-    p.add_argument("--once", action="store_true", help="exit when a claim finds nothing")
-    p.add_argument("--gate", default="", help="hold jobs until this file exists")
     asyncio.run(consume(p.parse_args()))
 
 

@@ -14,6 +14,7 @@ from psycopg import sql
 
 from jobq.sql import Queries
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
+from tests.integration.test_postgres import produce, status_counts
 from tests.processors import completions
 
 TXN = ("--claim", "transaction")
@@ -24,15 +25,6 @@ EFFECT = "tests.processors:effect"
 def table(schema: str, name: str = "jobs") -> sql.Composed:
     return sql.SQL("{}").format(sql.Identifier(schema, name))
 
-
-def status_counts(dsn: str, schema: str, queue: str) -> dict[str, int]:
-    q = sql.SQL("SELECT status, count(*) FROM {} WHERE queue = %s GROUP BY status").format(table(schema))
-    return {str(s): int(n) for s, n in fetch(dsn, q, [queue])}  # type: ignore[call-overload]
-
-
-def produce(schema: str, queue: str, count: int, *extra: str) -> None:
-    result = run_cli("producer", *pg_args(queue), "--count", str(count), *extra, env=schema_env(schema))
-    assert result.returncode == 0, result.stderr
 
 
 def effects_table(dsn: str, schema: str) -> str:
