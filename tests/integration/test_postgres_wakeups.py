@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from jobq.api import connect_publisher
@@ -27,20 +29,34 @@ def test_one_notification_per_insert_statement(pg_dsn: str, schema: str, queue_n
     assert [n.payload for n in notes] == [queue_name]
 
 
+@pytest.mark.parametrize("claim", ["lease", "transaction"])
 def test_idle_consumer_is_woken_by_notify_not_by_polling(
-        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path, claim: str) -> None:
     env = schema_env(schema, JOBQ_POSTGRES__POLL_INTERVAL="30")
-    proc = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path}",
-                     env=env)
+    proc = start_cli("consumer", *pg_args(queue_name), f"--claim={claim}", "-p", RECORD,
+                     "-a", f"directory={tmp_path}", env=env)
     try:
         time.sleep(1.5)  # idle, asleep on LISTEN
-        started = time.monotonic()
-        produce(schema, queue_name, 3)
-        assert wait_until(lambda: len(completions(tmp_path)) == 3, 10, step=0.02)
-        assert time.monotonic() - started < 5  # far sooner than the 30 s poll
+        for done in (3, 6):  # the second time, after a sweep that found jobs has run dry
+            started = time.monotonic()
+            produce(schema, queue_name, 3)
+            assert wait_until(lambda: len(completions(tmp_path)) == done, 10, step=0.02)
+            assert time.monotonic() - started < 5  # far sooner than the 30 s poll
+            time.sleep(0.5)
+        idle = cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        assert cpu_seconds(proc.pid) - idle < 0.3  # asleep on LISTEN, not claiming in a loop
     finally:
         proc.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
         proc.communicate(timeout=30)
+    assert time.monotonic() - stopping < 5  # an idle consumer stops at once
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_poll_only_mode_still_finds_work(pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from jobq.retry import describe
 from jobq.transports.pg_connect import backoff_policy, connect_once
 
 
-async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: asyncio.Event,
+async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: Callable[[], None],
                  log: logging.Logger, on_reconnect: Callable[[], None] | None = None) -> None:
-    """Set ``wake`` on each notification for ``queue``, and after every (re)connect; never returns.
+    """Call ``wake`` on each notification for ``queue``, and after every (re)connect; never returns.
 
     ``on_reconnect`` is called each time the connection is back after a loss (for metrics).
     """
@@ -32,10 +32,10 @@ async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wak
                 if failures and on_reconnect is not None:
                     on_reconnect()
                 failures = 0
-                wake.set()  # a notification may have been missed while away
+                wake()  # a notification may have been missed while away
                 async for note in conn.notifies():
                     if note.payload == queue:
-                        wake.set()
+                        wake()
         except (psycopg.Error, TransportError) as exc:
             failures += 1
             delay = policy.backoff(failures)

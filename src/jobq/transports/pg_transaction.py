@@ -70,7 +70,8 @@ class PgTransactionTransport:
         self._probe = False  # after finding nothing, claim one at a time until one finds a job
         self._slots = concurrency
         self._sweep = Sweep(FIRST, 0.0)
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # a NOTIFY came, or a settle freed a worker slot
+        self._news = False  # a NOTIFY came since the sweep began
         self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
         self.buried = 0
@@ -93,7 +94,7 @@ class PgTransactionTransport:
         await self._new_sweep(asyncio.get_running_loop().time())
         if not self._once and self._cfg.notify:
             self._tasks.append(asyncio.create_task(listen(
-                self._cfg.dsn, self._connect, self._channel, self._queue, self._wake, self._log),
+                self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log),
                 name="jobq-pg-listen"))
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
@@ -135,8 +136,11 @@ class PgTransactionTransport:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self._dry and not self._once and self._sweep.moved:
-                await self._new_sweep(now)  # this sweep ran dry: start over once, now
+            if self._dry and not self._once and (self._sweep.moved or self._news):
+                # This sweep ran dry: start over once, now. Or it found nothing but a NOTIFY
+                # came since: the new job is due after this sweep began, so only a new one
+                # can see it (else it would wait for the poll interval).
+                await self._new_sweep(now)
                 continue
             remaining = deadline - now
             if remaining <= 0:
@@ -194,9 +198,16 @@ class PgTransactionTransport:
         finally:
             self._delivered -= 1
             await self._give_back(claim.conn)
+            self._wake.set()  # a receive waiting for a free worker slot may go on
+
+    def _notify(self) -> None:
+        """A NOTIFY for the queue (or the LISTEN connection is back): new jobs may be due."""
+        self._news = True
+        self._wake.set()
 
     async def _new_sweep(self, now: float) -> None:
         """Begin a sweep over the jobs due now, by the server's clock."""
+        self._news = False  # a NOTIFY during the query below may be for a job after ``until``
         with translated("postgres sweep"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(self._sql["txn_sweep_start"])
@@ -292,7 +303,6 @@ class PgTransactionTransport:
         if conn not in self._held:
             return
         self._held.discard(conn)
-        self._wake.set()  # a receive waiting for a free connection may go on
         if conn.info.transaction_status in OPEN:
             with contextlib.suppress(psycopg.Error):
                 await conn.rollback()

@@ -241,7 +241,7 @@ class PostgresTransport:
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect forever with backoff if it drops."""
-        await listen(self._cfg.dsn, self._connect, self._q.channel, self._queue, self._wake,
+        await listen(self._cfg.dsn, self._connect, self._q.channel, self._queue, self._wake.set,
                      self._log, on_reconnect=self._count_reconnect)
 
     def _count_reconnect(self) -> None:
