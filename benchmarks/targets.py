@@ -167,7 +167,7 @@ def raw_pg_settings(target: Target, space: Space, concurrency: int) -> dict[str,
 def raw_pg_one_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
     """The one-at-a-time baseline's fixed choices."""
     return {"workers": concurrency, "connections": concurrency,
-            "claim": "BEGIN; ... ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED; run; UPDATE; COMMIT",
+            "claim": "BEGIN; ... ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED; run; UPDATE; COMMIT",
             "commit": "server default (synchronous_commit as in Environment)"}
 
 

@@ -75,3 +75,8 @@ def test_a_sweep_moves_past_every_job_handed_out() -> None:
     assert sweep.moved and sweep.cursor == (later, 7)
     params = sweep.params("q")
     assert (params["after_run_at"], params["after_id"], params["queue"]) == (later, 7, "q")
+
+
+def test_a_sweep_without_an_end_leaves_the_due_check_to_the_server() -> None:
+    sweep = Sweep(until=None, now=0.0)
+    assert sweep.params("q")["until"] is None and sweep.literals("q")["until"] is None

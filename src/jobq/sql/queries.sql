@@ -118,9 +118,10 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 
 -- name: txn_claim
 -- CTE "next": the next job of this sweep, locked until the job's transaction ends. A sweep
--- takes the jobs that were due when it began (run_at <= %(until)s) in (run_at, id) order,
--- past a cursor that moves over every job handed out. A job that fails gets a run_at after
--- the sweep began, so it is not picked twice in one sweep, and a sweep ends: the classic
+-- takes the jobs due (run_at <= %(until)s, or <= now() when until is NULL: a consumer that
+-- runs on) in (run_at, id) order, past a cursor that moves over every job handed out. With
+-- --once, until is when the sweep began: a job that fails gets a run_at after that, so it is
+-- not picked twice in one sweep, and the sweep ends: the classic
 -- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
 -- any parameters, generic plan or not (an id order lets it prefer the primary key and read
 -- through other queues' jobs). SKIP LOCKED: jobs other workers and instances are running
@@ -137,7 +138,8 @@ WITH next AS (
     SELECT id, attempts, run_at
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending'
-       AND (run_at, id) > (%(after_run_at)s, %(after_id)s) AND run_at <= %(until)s
+       AND (run_at, id) > (%(after_run_at)s, %(after_id)s)
+       AND run_at <= coalesce(%(until)s, now())
      ORDER BY run_at, id
      LIMIT 1
        FOR NO KEY UPDATE SKIP LOCKED
@@ -217,7 +219,7 @@ UPDATE {jobs}
  WHERE id = %(id)s;
 
 -- name: txn_sweep_start
--- A sweep takes the jobs due by the server's clock when it begins (see txn_claim).
+-- A --once sweep takes the jobs due by the server's clock when it begins (see txn_claim).
 SELECT now();
 
 -- name: enqueue

@@ -104,15 +104,17 @@ class ClaimStatement:
 
 
 class Sweep:
-    """One pass over the jobs due when it began, in (run_at, id) order past a cursor.
+    """One pass over the due jobs in (run_at, id) order, past a cursor.
 
     Claims run concurrently, each from the cursor as it was when it started; the cursor moves
-    past every job handed out. A job that fails is due again only after the sweep began, so
-    no claim of this sweep can find it again, however old its cursor.
+    past every job handed out. With ``until`` (``--once``: the server's clock when the sweep
+    began) a job that fails is due again only after that, so no claim of this sweep can find
+    it again, however old its cursor, and the sweep ends. Without it (a consumer that runs
+    on) each claim takes what is due by its own transaction's clock.
     """
 
-    def __init__(self, until: datetime, now: float) -> None:
-        self.until = until  # the server's clock when the sweep began
+    def __init__(self, until: datetime | None, now: float) -> None:
+        self.until = until
         self.started_at = now  # the event loop's clock, to start the next one in time
         self.cursor: tuple[datetime, int] = (FIRST, 0)
         self._until_text: str | None = None
@@ -126,7 +128,7 @@ class Sweep:
         """The same, timestamps as ISO text: quoted into the EXECUTE line far faster than a
         datetime, and cast back by the prepared statement's parameter types."""
         run_at, job_id = self.cursor
-        if self._until_text is None:
+        if self._until_text is None and self.until is not None:
             self._until_text = self.until.isoformat()
         return {"queue": queue, "after_run_at": run_at.isoformat(), "after_id": job_id,
                 "until": self._until_text}

@@ -27,7 +27,7 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_attempts import AttemptLog
-from jobq.transports.pg_claim import FIRST, Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
@@ -67,9 +67,9 @@ class PgTransactionTransport:
         self._delivered = 0  # handed out and not yet settled
         self._error: BaseException | None = None  # a failed claim, raised when nothing else is left
         self._dry = False  # the last claim found nothing: wait for news before claiming again
-        self._probe = False  # after finding nothing, claim one at a time until one finds a job
+        self._width = 1  # claims at once: 1 after one found nothing, doubled by each that finds
         self._slots = concurrency
-        self._sweep = Sweep(FIRST, 0.0)
+        self._sweep = Sweep(None, 0.0)
         self._wake = asyncio.Event()  # a NOTIFY came, or a settle freed a worker slot
         self._news = False  # a NOTIFY came since the sweep began
         self._claim_done = asyncio.Event()  # a claim task finished
@@ -91,7 +91,12 @@ class PgTransactionTransport:
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)
             await self._pool.wait(timeout=self._connect.timeout * self._connect.attempts)
-        await self._new_sweep(asyncio.get_running_loop().time())
+        if self._once:  # the jobs due now, and no more: the sweep ends
+            with translated("postgres sweep"):
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(self._sql["txn_sweep_start"])
+                    until = (await cur.fetchall())[0][0]
+            self._sweep = Sweep(until, asyncio.get_running_loop().time())
         if not self._once and self._cfg.notify:
             self._tasks.append(asyncio.create_task(listen(
                 self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log),
@@ -122,8 +127,13 @@ class PgTransactionTransport:
         deadline = loop.time() + timeout
         while True:
             now = loop.time()
-            if not self._once and now - self._sweep.started_at > self._cfg.poll_interval:
-                await self._new_sweep(now)  # so retries due since are not starved by new work
+            if self._news or (not self._once and now - self._sweep.started_at > self._cfg.poll_interval):
+                # Back to the start of the due jobs (no round trip: the cursor is ours). After a
+                # NOTIFY: the new jobs may lie behind the cursor (an insert that began before
+                # the jobs claimed last, committed after them). Every poll interval: so jobs
+                # passed over meanwhile (a rolled-back claim of another consumer) are found.
+                self._sweep = Sweep(None, now)
+                self._dry = self._news = False
             self._start_claims(max_count)
             if self._ready:
                 handed, self._ready = self._ready[:max_count], self._ready[max_count:]
@@ -136,12 +146,6 @@ class PgTransactionTransport:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self._dry and not self._once and (self._sweep.moved or self._news):
-                # This sweep ran dry: start over once, now. Or it found nothing but a NOTIFY
-                # came since: the new job is due after this sweep began, so only a new one
-                # can see it (else it would wait for the poll interval).
-                await self._new_sweep(now)
-                continue
             remaining = deadline - now
             if remaining <= 0:
                 return []
@@ -205,23 +209,14 @@ class PgTransactionTransport:
         self._news = True
         self._wake.set()
 
-    async def _new_sweep(self, now: float) -> None:
-        """Begin a sweep over the jobs due now, by the server's clock."""
-        self._news = False  # a NOTIFY during the query below may be for a job after ``until``
-        with translated("postgres sweep"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(self._sql["txn_sweep_start"])
-                until = (await cur.fetchall())[0][0]
-        self._sweep = Sweep(until, now)
-        self._dry = False
-
     def _start_claims(self, max_count: int) -> None:
         """One claim task per free worker not already being claimed for."""
         if self._dry or self._error is not None:
             return
         room = min(max_count, self._slots - self._delivered) - len(self._claiming) - len(self._ready)
-        if self._probe:  # an idle queue costs one claim per wake-up, not one per free worker
-            room = min(room, 1 - len(self._claiming))
+        # A queue that is idle, or fed a job at a time, costs about one claim per job, not one
+        # per free worker: after a claim found nothing, they ramp up as claims find jobs.
+        room = min(room, self._width - len(self._claiming))
         if room <= 0:
             return
         self._wake.clear()  # news from now on is news to the claims started here
@@ -241,7 +236,7 @@ class PgTransactionTransport:
             self._error = self._error or error  # the pool logs it and backs off
         elif (delivery := task.result()) is not None:
             self._ready.append(delivery)
-            self._probe = False
+            self._width = min(self._slots, self._width * 2)
 
     async def _claim_one(self) -> Delivery | None:
         """Lock the next job past the cursor in a new transaction and count its attempt."""
@@ -251,7 +246,7 @@ class PgTransactionTransport:
         try:
             row = await self._lock_next(conn)
             if row is None:
-                self._dry = self._probe = True
+                self._dry, self._width = True, 1
                 await self._give_back(conn)
                 return None
             started = await self._attempts.started(int(row[0]))
