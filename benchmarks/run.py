@@ -12,10 +12,11 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks import report, summary
 from benchmarks.harness import Case, run_case
@@ -24,6 +25,8 @@ from benchmarks.scenarios import FULL, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, 
 from benchmarks.spaces import Servers
 from benchmarks.sysinfo import environment
 from benchmarks.targets import TARGETS, Target
+
+N = TypeVar("N", int, float)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -46,7 +49,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, help="override every scenario's job count")
     p.add_argument("--repeat", type=int, default=1, help="run every case this many times (medians)")
     p.add_argument("--concurrency", type=int, help="worker concurrency of each consumer (default 32)")
-    p.add_argument("--drain-consumers", help="consumer process counts for drain, e.g. 1,2,4")
+    p.add_argument("--drain-consumers", type=_positive(int),
+                   help="consumer process counts for drain, e.g. 1,2,4")
+    p.add_argument("--rates", type=_positive(float),
+                   help="offered jobs/s for latency, e.g. 300,1000 (default 1000,2000)")
     p.add_argument("--out", type=Path, help="result directory (default benchmarks/results/<time>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="a jobq setting for the jobq targets, e.g. consumer.buffer=200 (repeatable)")
@@ -107,6 +113,19 @@ def execute(steps: list[tuple[int, Case, Target]], servers: Servers, out: Path,
     return runs
 
 
+def _positive(kind: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
+    """An argparse type: comma-separated numbers, each > 0."""
+    def parse(text: str) -> tuple[N, ...]:
+        try:
+            values = tuple(kind(item) for item in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not all(v > 0 for v in values):
+            raise argparse.ArgumentTypeError(f"every value must be > 0, got {text!r}")
+        return values
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
     args = parser().parse_args(argv)
@@ -119,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.concurrency:
         size = replace(size, concurrency=args.concurrency)
     if args.drain_consumers:
-        size = replace(size, drain_consumers=tuple(int(n) for n in args.drain_consumers.split(",")))
+        size = replace(size, drain_consumers=args.drain_consumers)
+    if args.rates:
+        size = replace(size, rates=args.rates)
     out = args.out or RESULTS / datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     servers = Servers.from_env()
