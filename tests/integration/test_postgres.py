@@ -6,8 +6,10 @@ import collections
 import itertools
 import signal
 import time
+import uuid
 from pathlib import Path
 
+import pytest
 from psycopg import sql
 
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
@@ -174,3 +176,15 @@ def test_sigterm_while_still_connecting_exits_0_at_once(schema: str) -> None:
     _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert time.monotonic() - started < 3 and "attempt 1/50" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["consumer", "--claim=lease"], ["consumer", "--claim=transaction"],
+                                     ["producer", "-n", "1"]])
+def test_a_schema_never_initialised_exits_2_naming_jobq_init(pg_dsn: str, command: list[str]) -> None:
+    name = f"t_{uuid.uuid4().hex[:10]}"  # no `jobq init` for this one: nothing is created
+    result = run_cli(command[0], *pg_args("q"), *command[1:], env=schema_env(name))
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"jobq: config error: postgres.schema '{name}' has no ")
+    assert "run `jobq init` with the same config first" in last and "Traceback" not in result.stderr
+    assert not fetch(pg_dsn, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))

@@ -40,7 +40,7 @@ def test_idle_consumer_is_woken_by_notify_not_by_polling(
         for done in (3, 6):  # the second time, after a sweep that found jobs has run dry
             started = time.monotonic()
             produce(schema, queue_name, 3)
-            assert wait_until(lambda: len(completions(tmp_path)) == done, 10, step=0.02)
+            assert wait_until(lambda n=done: len(completions(tmp_path)) == n, 10, step=0.02)
             assert time.monotonic() - started < 5  # far sooner than the 30 s poll
             time.sleep(0.5)
         idle = cpu_seconds(proc.pid)

@@ -252,6 +252,11 @@ CREATE TABLE IF NOT EXISTS {migrations} (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- name: missing_tables
+-- Which of the tables a command needs are not there (names schema-qualified and quoted by
+-- the caller, sent as values): a consumer or producer started before `jobq init`.
+SELECT name FROM unnest(%(names)s::text[]) AS t(name) WHERE to_regclass(name) IS NULL;
+
 -- name: migrations_applied
 SELECT version FROM {migrations} ORDER BY version;
 

@@ -35,6 +35,31 @@ def shown_payload(text: str, limit: int = 500) -> Any:
         return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def table_names(schema: str, tables: Sequence[str]) -> dict[str, Any]:
+    """``missing_tables``' parameters: the tables' quoted, schema-qualified names."""
+    return {"names": [sql.Identifier(schema, t).as_string(None) for t in tables]}
+
+
+async def require_tables(pool: Pool, schema: str, tables: Sequence[str], needed_by: str) -> None:
+    """ConfigError (exit 2) naming the fix if ``schema`` lacks one of ``tables``.
+
+    Without it a consumer started before ``jobq init`` would retry its claim forever (or end
+    with the server's bare "relation does not exist").
+    """
+    with translated("postgres schema check"):
+        async with pool.connection() as conn:
+            cur = await conn.execute(Queries(schema)["missing_tables"], table_names(schema, tables))
+            missing_tables(schema, [row[0] for row in await cur.fetchall()], needed_by)
+
+
+def missing_tables(schema: str, missing: Sequence[str], needed_by: str) -> None:
+    """Raise the ConfigError of require_tables if ``missing`` names any table."""
+    if missing:
+        raise ConfigError(
+            f"postgres.schema {schema!r} has no {' or '.join(missing)} table, which {needed_by} "
+            "needs: run `jobq init` with the same config first (it creates or upgrades the schema)")
+
+
 class PostgresAdmin:
     """Schema, dead letters and stats for one queue."""
 

@@ -20,6 +20,7 @@ from jobq.errors import MalformedJob, QueueFull
 from jobq.limits import encode_new_job
 from jobq.sql import Queries
 from jobq.transport import NewJob
+from jobq.transports.pg_admin import require_tables
 from jobq.transports.pg_connect import translated
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
@@ -43,12 +44,14 @@ class PostgresPublisher:
                  max_attempts: int, limits: LimitsConfig | None = None) -> None:
         self._pool = pool
         self._q = Queries(settings.schema)
+        self._schema = settings.schema
         self._queue = queue
         self._max_attempts = max_attempts
         self._limits = limits or LimitsConfig()
 
     async def open(self) -> None:
-        """Nothing to do: the pool is opened by the container."""
+        """Check the schema is there (the pool is opened by the container)."""
+        await require_tables(self._pool, self._schema, ["jobs"], "a producer")
 
     async def close(self) -> None:
         """Nothing to flush: every enqueue commits before it returns."""

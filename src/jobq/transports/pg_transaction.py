@@ -26,6 +26,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
+from jobq.transports.pg_admin import require_tables
 from jobq.transports.pg_attempts import AttemptLog
 from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
@@ -87,6 +88,8 @@ class PgTransactionTransport:
                 "each running job holds a connection and the attempt log one more, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
+        await require_tables(self._pool, self._cfg.schema, ["jobs", "attempts"],
+                             "a transaction-mode consumer")
         with translated("postgres connect"):
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)
