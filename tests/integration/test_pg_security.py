@@ -112,6 +112,21 @@ def test_the_documented_grants_are_enough_for_producer_and_consumer_and_no_more(
     assert denied(producer_role, sql.SQL("DELETE FROM {}").format(jobs))
 
 
+@pytest.mark.parametrize("claim", ["lease", "transaction"])
+def test_a_consumer_short_of_a_grant_exits_2_naming_it(roles: dict[str, str], claim: str) -> None:
+    schema, consumer = roles["schema"], roles["consumer"]
+    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", "q"]
+    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
+    execute(dsn_for(roles["owner"]), sql.SQL("GRANT USAGE ON SCHEMA {0} TO {1}; GRANT SELECT ON {2} TO {1}")
+            .format(sql.Identifier(schema), sql.Identifier(consumer), sql.Identifier(schema, "jobs")))
+    result = run_cli("consumer", *config, "--once", env=as_role(consumer, schema, JOBQ_POSTGRES__CLAIM=claim))
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    jobs = sql.Identifier(schema, "jobs").as_string(None)
+    assert last.startswith(f"jobq: config error: postgres role '{consumer}' lacks UPDATE on {jobs}")
+    assert "docs/security.md" in last and "Traceback" not in result.stderr
+
+
 def test_a_schema_name_with_quotes_and_sql_is_only_ever_an_identifier(pg_dsn: str, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     sentinel = f"t_sentinel_{tag}"

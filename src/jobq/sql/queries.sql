@@ -252,10 +252,14 @@ CREATE TABLE IF NOT EXISTS {migrations} (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- name: missing_tables
--- Which of the tables a command needs are not there (names schema-qualified and quoted by
--- the caller, sent as values): a consumer or producer started before `jobq init`.
-SELECT name FROM unnest(%(names)s::text[]) AS t(name) WHERE to_regclass(name) IS NULL;
+-- name: schema_problems
+-- What stops a command before it starts (names schema-qualified and quoted by the caller,
+-- sent as values): a table it needs is not there (privilege NULL: started before `jobq
+-- init`), or the role lacks a privilege on it (the grants of docs/security.md).
+SELECT t.name, CASE WHEN to_regclass(t.name) IS NOT NULL THEN p.privilege END, current_user
+  FROM unnest(%(names)s::text[], %(privileges)s::text[]) AS t(name, privileges)
+ CROSS JOIN LATERAL unnest(string_to_array(t.privileges, ',')) AS p(privilege)
+ WHERE to_regclass(t.name) IS NULL OR NOT has_table_privilege(to_regclass(t.name), p.privilege);
 
 -- name: migrations_applied
 SELECT version FROM {migrations} ORDER BY version;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -35,29 +35,36 @@ def shown_payload(text: str, limit: int = 500) -> Any:
         return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
-def table_names(schema: str, tables: Sequence[str]) -> dict[str, Any]:
-    """``missing_tables``' parameters: the tables' quoted, schema-qualified names."""
-    return {"names": [sql.Identifier(schema, t).as_string(None) for t in tables]}
+def schema_params(schema: str, needs: Mapping[str, str]) -> dict[str, Any]:
+    """``schema_problems``' parameters for ``needs``: table -> privileges, e.g. "SELECT,UPDATE"."""
+    return {"names": [sql.Identifier(schema, t).as_string(None) for t in needs],
+            "privileges": list(needs.values())}
 
 
-async def require_tables(pool: Pool, schema: str, tables: Sequence[str], needed_by: str) -> None:
-    """ConfigError (exit 2) naming the fix if ``schema`` lacks one of ``tables``.
+async def require_schema(pool: Pool, schema: str, needs: Mapping[str, str], needed_by: str) -> None:
+    """ConfigError (exit 2) naming the fix if a table of ``needs`` or a privilege on it is missing.
 
-    Without it a consumer started before ``jobq init`` would retry its claim forever (or end
-    with the server's bare "relation does not exist").
+    Without it a consumer started before ``jobq init``, or under a role short of a grant,
+    retries its claim forever (or ends with the server's bare "relation does not exist").
     """
     with translated("postgres schema check"):
         async with pool.connection() as conn:
-            cur = await conn.execute(Queries(schema)["missing_tables"], table_names(schema, tables))
-            missing_tables(schema, [row[0] for row in await cur.fetchall()], needed_by)
+            cur = await conn.execute(Queries(schema)["schema_problems"], schema_params(schema, needs))
+            check_schema(schema, await cur.fetchall(), needed_by)
 
 
-def missing_tables(schema: str, missing: Sequence[str], needed_by: str) -> None:
-    """Raise the ConfigError of require_tables if ``missing`` names any table."""
+def check_schema(schema: str, problems: Sequence[Sequence[Any]], needed_by: str) -> None:
+    """Raise require_schema's ConfigError for ``schema_problems``' rows, if any."""
+    missing = sorted({name for name, privilege, _ in problems if privilege is None})
     if missing:
         raise ConfigError(
             f"postgres.schema {schema!r} has no {' or '.join(missing)} table, which {needed_by} "
             "needs: run `jobq init` with the same config first (it creates or upgrades the schema)")
+    if problems:
+        role = problems[0][2]
+        lacking = ", ".join(f"{privilege} on {name}" for name, privilege, _ in problems)
+        raise ConfigError(f"postgres role {role!r} lacks {lacking}, which {needed_by} needs: grant "
+                          "it (docs/security.md lists each role's grants)")
 
 
 class PostgresAdmin:

@@ -20,7 +20,7 @@ from jobq.errors import MalformedJob, QueueFull
 from jobq.limits import encode_new_job
 from jobq.sql import Queries
 from jobq.transport import NewJob
-from jobq.transports.pg_admin import require_tables
+from jobq.transports.pg_admin import require_schema
 from jobq.transports.pg_connect import translated
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
@@ -51,7 +51,7 @@ class PostgresPublisher:
 
     async def open(self) -> None:
         """Check the schema is there (the pool is opened by the container)."""
-        await require_tables(self._pool, self._schema, ["jobs"], "a producer")
+        await require_schema(self._pool, self._schema, {"jobs": "SELECT,INSERT"}, "a producer")
 
     async def close(self) -> None:
         """Nothing to flush: every enqueue commits before it returns."""

@@ -26,7 +26,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
-from jobq.transports.pg_admin import require_tables
+from jobq.transports.pg_admin import require_schema
 from jobq.transports.pg_attempts import AttemptLog
 from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
@@ -35,6 +35,7 @@ from jobq.transports.pg_listen import listen
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+NEEDS = {"jobs": "SELECT,UPDATE", "attempts": "SELECT,INSERT,UPDATE,DELETE"}  # docs/security.md
 STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_start")
 
 
@@ -88,8 +89,7 @@ class PgTransactionTransport:
                 "each running job holds a connection and the attempt log one more, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
-        await require_tables(self._pool, self._cfg.schema, ["jobs", "attempts"],
-                             "a transaction-mode consumer")
+        await require_schema(self._pool, self._cfg.schema, NEEDS, "a transaction-mode consumer")
         with translated("postgres connect"):
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)

@@ -24,12 +24,13 @@ from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
 from jobq.sql import Queries
-from jobq.transports.pg_admin import missing_tables, table_names
+from jobq.transports.pg_admin import check_schema, schema_params
 from jobq.transports.pg_connect import backoff_policy, translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
+NEEDS = {"jobs": "SELECT,UPDATE"}  # what a lease-mode consumer does to its tables (docs/security.md)
 
 
 def consumer_id() -> str:
@@ -77,8 +78,8 @@ class PostgresTransport:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
         (unless poll-only) the listener. Rescuing first lets a ``--once`` sweep pick up the jobs
         of a consumer that died."""
-        rows = await self._run("missing_tables", table_names(self._cfg.schema, ["jobs"]), fetch=True)
-        missing_tables(self._cfg.schema, [row[0] for row in rows], "a consumer")
+        problems = await self._run("schema_problems", schema_params(self._cfg.schema, NEEDS), fetch=True)
+        check_schema(self._cfg.schema, problems, "a consumer")
         await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
