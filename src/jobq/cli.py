@@ -117,9 +117,11 @@ def producer_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--count", "-n", type=int, required=True)
     p.add_argument("--payload-size", type=int, default=0, help="padding bytes per payload")
-    p.add_argument("--rate", type=float, default=0.0, help="jobs/s (0: as fast as possible)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="jobs/s, open loop: each job sent when due, confirms awaited meanwhile "
+                        "(0: batches of --batch as fast as they are confirmed)")
     p.add_argument("--kind", default="demo")
-    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=1000, help="jobs per enqueue call at most")
     p.add_argument("--max-attempts", type=int)
     p.add_argument("--delay", type=float, default=0.0, help="seconds before the jobs are due")
     p.add_argument("--stamp", action="store_true",

@@ -21,6 +21,7 @@ from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
+from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
 from jobq.startup import open_transport
 from jobq.transport import NewJob
@@ -123,29 +124,34 @@ def _payload(index: int, size: int, sent_at: float | None = None) -> dict[str, A
 
 
 async def produce(settings: Settings, args: argparse.Namespace) -> int:
-    """Enqueue ``args.count`` jobs in batches, at ``args.rate`` jobs/s if given."""
+    """Enqueue ``args.count`` jobs: in batches as fast as confirmed, or open-loop at ``args.rate``."""
+
+    def make(first: int, size: int) -> list[NewJob]:
+        stamp = time.time() if args.stamp else None  # the moment these jobs are handed over
+        return [NewJob(kind=args.kind, payload=_payload(first + i, args.payload_size, stamp),
+                       max_attempts=args.max_attempts, delay=args.delay) for i in range(size)]
+
+    lag = ""
     async with wired(settings) as container:
         publisher = await resolve(container.publisher())
         await publisher.open()
         started = time.monotonic()
         sent = 0
         try:
+            if args.rate > 0:
+                paced = await send_paced(publisher.enqueue_many, make, count=args.count,
+                                         rate=args.rate, max_batch=args.batch)
+                sent = paced.sent
+                lag = f", {paced.calls} sends, at most {paced.max_lag * 1000:.1f} ms late"
             while sent < args.count:
                 size = min(args.batch, args.count - sent)
-                if args.rate > 0:
-                    size = min(size, max(1, int(args.rate / 50)))  # ~50 batches a second
-                    due = started + sent / args.rate
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
-                stamp = time.time() if args.stamp else None
-                jobs = [NewJob(kind=args.kind, payload=_payload(sent + i, args.payload_size, stamp),
-                               max_attempts=args.max_attempts, delay=args.delay)
-                        for i in range(size)]
-                await publisher.enqueue_many(jobs)
+                await publisher.enqueue_many(make(sent, size))
                 sent += size
         finally:
             await publisher.close()
     elapsed = time.monotonic() - started
-    log.info("enqueued %d jobs in %.2fs (%.0f jobs/s)", sent, elapsed, sent / max(elapsed, 1e-9))
+    log.info("enqueued %d jobs in %.2fs (%.0f jobs/s%s)", sent, elapsed,
+             sent / max(elapsed, 1e-9), lag)
     return 0
 
 

@@ -17,13 +17,14 @@ import logging
 from collections.abc import Sequence
 
 import aiormq
-from aio_pika import Message
-from aio_pika.abc import AbstractChannel, AbstractExchange
+from aio_pika.abc import AbstractChannel
+from aiormq.abc import AbstractChannel as RawChannel
+from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConnectionLost, QueueFull, TransportError
 from jobq.transport import NewJob
-from jobq.transports.rmq_codec import encode, new_job_id
+from jobq.transports.rmq_codec import encode_raw, new_job_id
 from jobq.transports.rmq_connect import RabbitLink, describe_amqp, translated
 from jobq.transports.rmq_topology import Topology
 
@@ -43,7 +44,7 @@ class RabbitPublisher:
         self._max_attempts = max_attempts
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._channel: AbstractChannel | None = None
-        self._exchange: AbstractExchange | None = None
+        self._raw: RawChannel | None = None  # the aiormq channel under it: publishes go there
         self._declared: set[str] = set()
 
     def topology(self, queue: str) -> Topology:
@@ -71,9 +72,9 @@ class RabbitPublisher:
                            timeout: float | None = None) -> list[str]:
         """Publish jobs with up to WINDOW confirms outstanding; return their ids in order."""
         queue = queue or self._queue
-        messages = [encode(job, job_id=new_job_id(), max_attempts=self._max_attempts,
-                           limits=self._limits) for job in jobs]
-        ids = [str(m.message_id) for m in messages]
+        messages = [encode_raw(job, job_id=new_job_id(), max_attempts=self._max_attempts,
+                               limits=self._limits) for job in jobs]
+        ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + wait, 0.02
@@ -93,21 +94,34 @@ class RabbitPublisher:
             pause = min(pause * 2, 0.5)
             waiting = refused
 
-    async def _publish(self, queue: str, jobs: Sequence[NewJob], messages: Sequence[Message],
+    async def _publish(self, queue: str, jobs: Sequence[NewJob],
+                       messages: Sequence[tuple[bytes, Basic.Properties]],
                        which: list[int]) -> list[int]:
-        """Publish ``messages[i] for i in which``; return those a full queue refused."""
-        exchange = await self._ready(queue)
+        """Publish ``messages[i] for i in which``; return those a full queue refused.
+
+        On the aiormq channel under aio-pika's (as the consumer does): the aio-pika layer costs
+        a Message object per job and adds nothing a publish with confirms needs. A single job
+        (``producer --rate`` sends each job when it is due) skips the gather's task.
+        """
+        raw = await self._ready(queue)
         topology = self.topology(queue)
-        assert self._channel is not None
-        default = self._channel.default_exchange
         refused: list[int] = []
         for start in range(0, len(which), WINDOW):
             sends = []
             for i in which[start:start + WINDOW]:
                 tier = topology.tier_for(jobs[i].delay)
-                target, key = (default, tier) if tier else (exchange, queue)
-                sends.append(target.publish(messages[i], routing_key=key, mandatory=True))
-            results = await asyncio.gather(*sends, return_exceptions=True)
+                exchange, key = ("", tier) if tier else (self._cfg.exchange, queue)
+                body, props = messages[i]
+                sends.append(raw.basic_publish(body, exchange=exchange, routing_key=key,
+                                               properties=props, mandatory=True))
+            results: list[object]
+            if len(sends) == 1:
+                try:
+                    results = [await sends[0]]
+                except Exception as exc:
+                    results = [exc]
+            else:
+                results = await asyncio.gather(*sends, return_exceptions=True)
             for i, result in zip(which[start:start + WINDOW], results, strict=True):
                 if not isinstance(result, BaseException):
                     continue
@@ -118,22 +132,21 @@ class RabbitPublisher:
                     raise self._explain(result, queue) from result
         return refused
 
-    async def _ready(self, queue: str) -> AbstractExchange:
-        """The exchange to publish on, connecting and declaring ``queue`` first if needed."""
-        if self._channel is None or self._channel.is_closed:
+    async def _ready(self, queue: str) -> RawChannel:
+        """The channel to publish on, connecting and declaring ``queue`` first if needed."""
+        if self._channel is None or self._channel.is_closed or self._raw is None:
             if not self._link.is_open:
                 await self._link.open()
             self._channel = await self._link.channel(confirms=True)
-            self._exchange = None
+            with translated("rabbitmq open channel"):
+                self._raw = await self._channel.get_underlay_channel()
         if queue not in self._declared:
             declaring = await self._link.channel(confirms=False)
             with translated("rabbitmq declare"):
                 await self.topology(queue).declare(declaring)
                 await declaring.close()
             self._declared.add(queue)
-        if self._exchange is None:
-            self._exchange = await self._channel.get_exchange(self._cfg.exchange, ensure=False)
-        return self._exchange
+        return self._raw
 
     def _explain(self, exc: BaseException, queue: str) -> TransportError:
         if isinstance(exc, aiormq.exceptions.PublishError):
