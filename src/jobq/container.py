@@ -3,14 +3,17 @@
 ``transport``, ``publisher`` and ``admin`` are Selectors on ``settings.transport``; a backend
 plugs in by adding its providers here, without touching the pool or the processor.
 Connection pools are async Resources: opened on first use (with retries), closed by
-``shutdown_resources``.
+``shutdown_resources``. Each backend's modules are imported when first used (``lazy``): a
+Postgres process never imports aio-pika, a RabbitMQ one never imports psycopg, which is a
+third of a command's start-up time.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from dependency_injector import containers, providers
 
@@ -19,17 +22,22 @@ from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
-from jobq.transports.pg_admin import PostgresAdmin
-from jobq.transports.pg_connect import open_pool
-from jobq.transports.pg_publisher import PostgresPublisher
-from jobq.transports.pg_transaction import PgTransactionTransport
-from jobq.transports.postgres import PostgresTransport
-from jobq.transports.rabbitmq import RabbitTransport
-from jobq.transports.rmq_admin import RabbitAdmin
-from jobq.transports.rmq_connect import RabbitLink
-from jobq.transports.rmq_publisher import RabbitPublisher
+
+if TYPE_CHECKING:
+    from jobq.transports.rmq_connect import RabbitLink
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
+
+
+def lazy(path: str) -> Callable[..., Any]:
+    """A factory for the class at ``"module:Name"``, importing its module on the first call."""
+    module, _, name = path.partition(":")
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    make.__qualname__ = make.__name__ = name
+    return make
 
 
 def transaction_mode(settings: Settings) -> bool:
@@ -64,6 +72,8 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
     It starts with at most LEASE_POOL connections (a producer or `jobq` needs no more); a
     transaction-mode consumer opens the rest when it starts.
     """
+    from jobq.transports.pg_connect import open_pool
+
     size = pg_pool_size(settings)
     pool = await open_pool(settings.postgres.dsn, settings.connect, size, logger,
                            min_size=min(size, LEASE_POOL))
@@ -81,6 +91,8 @@ def rmq_prefetch(settings: Settings) -> int:
 
 async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
     """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
+    from jobq.transports.rmq_connect import RabbitLink
+
     link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
                       logger=logger)
     await link.open()
@@ -111,18 +123,20 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Selector(
             cfg.postgres.claim,
             lease=providers.Singleton(
-                PostgresTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
-                queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"),
-                limits=cfg.limits,
+                lazy("jobq.transports.postgres:PostgresTransport"),
+                pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
+                logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
             transaction=providers.Singleton(
-                PgTransactionTransport, pool=pg_pool, settings=cfg.postgres, connect=cfg.connect,
-                queue=cfg.queue, concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
+                lazy("jobq.transports.pg_transaction:PgTransactionTransport"),
+                pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
+                concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
         ),
         rabbitmq=providers.Singleton(
-            RabbitTransport, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
+            lazy("jobq.transports.rabbitmq:RabbitTransport"),
+            link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
             logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
         ),
@@ -130,21 +144,23 @@ class Container(containers.DeclarativeContainer):
     publisher = providers.Selector(
         cfg.transport,
         postgres=providers.Singleton(
-            PostgresPublisher, pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
-            max_attempts=cfg.retry.max_attempts,
-            limits=cfg.limits,
+            lazy("jobq.transports.pg_publisher:PostgresPublisher"),
+            pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
+            max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
         rabbitmq=providers.Singleton(
-            RabbitPublisher, link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
+            lazy("jobq.transports.rmq_publisher:RabbitPublisher"),
+            link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
     )
     admin = providers.Selector(
         cfg.transport,
-        postgres=providers.Singleton(PostgresAdmin, pool=pg_pool, settings=cfg.postgres,
-                                     queue=cfg.queue),
-        rabbitmq=providers.Singleton(RabbitAdmin, link=rmq_link, settings=cfg.rabbitmq,
-                                     queue=cfg.queue, max_pending=cfg.limits.max_pending),
+        postgres=providers.Singleton(lazy("jobq.transports.pg_admin:PostgresAdmin"),
+                                     pool=pg_pool, settings=cfg.postgres, queue=cfg.queue),
+        rabbitmq=providers.Singleton(lazy("jobq.transports.rmq_admin:RabbitAdmin"),
+                                     link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
+                                     max_pending=cfg.limits.max_pending),
     )
 
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
