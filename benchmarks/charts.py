@@ -60,6 +60,8 @@ def throughput(rows: Sequence[Row], path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.invert_yaxis()
         ax.set_xlabel("jobs/s")
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(5))  # five-digit labels must not run together
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v / 1000:g}k" if v else "0"))
         ax.set_xlim(0, max([*values, *(r["throughput_max"] for r in group), 1]) * 1.35)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(panels):]:
