@@ -20,8 +20,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src
 
+# Two workers (every test has its own schema or queues), then alone what disturbs the servers
+# for everyone (the broker restart test).
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -162,6 +162,7 @@ def test_unreachable_broker_exits_3_naming_host_not_password(tmp_path: Path) -> 
     assert len(tries) == 3  # two warnings, then the error
 
 
+@pytest.mark.serial  # restarts the broker's app: every other RabbitMQ test running then would fail
 def test_broker_restart_mid_run_recovers_by_itself(rabbit: Backend, tmp_path: Path) -> None:
     rabbit.set(CONNECT__BACKOFF_MAX="1.0")
     rabbit.produce(5000)
