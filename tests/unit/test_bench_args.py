@@ -1,0 +1,24 @@
+"""The benchmark's command line: lists of numbers are checked before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.run import parser
+
+
+def test_rates_and_consumer_counts_parse_into_tuples() -> None:
+    args = parser().parse_args(["--rates", "300,1000.5", "--drain-consumers", "1,2"])
+    assert args.rates == (300.0, 1000.5) and args.drain_consumers == (1, 2)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--rates", "fast"], "argument --rates: expected comma-separated numbers, got 'fast'"),
+    (["--rates", "300,0"], "argument --rates: every value must be > 0, got '300,0'"),
+    (["--drain-consumers", "1.5"], "argument --drain-consumers: expected comma-separated numbers"),
+])
+def test_bad_lists_are_refused_with_the_option_named(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        parser().parse_args(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
