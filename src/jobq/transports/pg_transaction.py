@@ -6,7 +6,8 @@ it done, still uncommitted) and takes a savepoint (pg_claim); the attempt log co
 on another connection (pg_attempts); success is a bare COMMIT, so the handler's writes and the
 job's ``done`` appear together. A failure rolls back to the savepoint and records itself in the
 same transaction; a crash rolls everything back and frees the row at once. Claims run as
-concurrent tasks, one per free worker. docs/claim-modes.md says when to use this mode.
+concurrent tasks, up to one per free worker (one at a time after a claim found nothing,
+doubling as they find jobs). docs/claim-modes.md says when to use this mode.
 """
 
 from __future__ import annotations
