@@ -11,29 +11,18 @@ import collections
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import aio_pika
 import pytest
 
 from tests.conftest import AMQP_URL, cli_env
-from tests.contract.backends import Backend, publish_raw, rabbit_backend
+from tests.contract.backends import Backend, publish_raw
 from tests.contract.story import events
 from tests.contract.test_contract import by_event, consumer_args, stop, wait_for
 from tests.processors import completions
 
 RECORD = "tests.processors:record"
-
-
-@pytest.fixture
-def rabbit(amqp_url: str, queue_name: str) -> Iterator[Backend]:
-    """A RabbitMQ backend on a fresh queue, removed afterwards."""
-    backend = rabbit_backend(queue_name)
-    try:
-        yield backend
-    finally:
-        backend.cleanup()
 
 
 def record_args(directory: Path, *extra: str) -> list[str]:

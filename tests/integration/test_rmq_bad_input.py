@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from jobq.config import Settings, load_settings
 from jobq.errors import JobTooLarge, MalformedJob, QueueFull
 from jobq.transport import NewJob
 from tests.conftest import AMQP_URL, ROOT, run_cli
-from tests.contract.backends import Backend, rabbit_backend
+from tests.contract.backends import Backend
 from tests.integration.test_pg_bad_input import DEEP
 from tests.processors import completions
 
@@ -44,16 +43,6 @@ BAD = [  # (body, message_id, type, headers, the reason it must be dead-lettered
 ]
 
 
-@pytest.fixture
-def rmq(amqp_url: str, queue_name: str) -> Iterator[Backend]:
-    """A RabbitMQ backend on a fresh queue, removed afterwards."""
-    backend = rabbit_backend(queue_name)
-    try:
-        yield backend
-    finally:
-        backend.cleanup()
-
-
 async def publish(queue: str, body: bytes, message_id: str, kind: str | None,
                   headers: dict[str, Any]) -> None:
     """Publish bytes to a jobq queue by hand, as a foreign or broken producer would."""
@@ -75,18 +64,18 @@ def routed_config(tmp_path: Path) -> Path:
 
 
 def test_every_bad_message_is_dead_lettered_with_its_reason_and_the_good_ones_run(
-        rmq: Backend, tmp_path: Path) -> None:
-    rmq.produce(3, "--kind", "demo")
+        rabbit: Backend, tmp_path: Path) -> None:
+    rabbit.produce(3, "--kind", "demo")
     for body, message_id, kind, headers, _ in BAD:
-        asyncio.run(publish(rmq.queue, body, message_id, kind, headers))
-    rmq.produce(3, "--kind", "demo")
-    rmq.set(LIMITS__MAX_PAYLOAD="7000")
-    result = rmq.run("consumer", "--config", str(routed_config(tmp_path)), "--once", "-n", "2")
+        asyncio.run(publish(rabbit.queue, body, message_id, kind, headers))
+    rabbit.produce(3, "--kind", "demo")
+    rabbit.set(LIMITS__MAX_PAYLOAD="7000")
+    result = rabbit.run("consumer", "--config", str(routed_config(tmp_path)), "--once", "-n", "2")
     assert result.returncode == 0, result.stderr
-    dead = {row["id"]: row["last_error"] for row in rmq.dead()}
+    dead = {row["id"]: row["last_error"] for row in rabbit.dead()}
     assert dead == {message_id: reason for _, message_id, _, _, reason in BAD}
     assert len(completions(tmp_path)) == 6  # the good ones, before and after the bad ones
-    assert rmq.waiting() == 0
+    assert rabbit.waiting() == 0
 
 
 def bounded(queue: str, max_pending: int, queue_type: str) -> Settings:
@@ -155,9 +144,9 @@ async def ready(queue: str) -> int:
         return int(q.declaration_result.message_count or 0)
 
 
-def test_enqueue_refuses_what_breaks_the_limits_and_publishes_nothing(rmq: Backend) -> None:
+def test_enqueue_refuses_what_breaks_the_limits_and_publishes_nothing(rabbit: Backend) -> None:
     settings = load_settings(ROOT / "configs" / "rabbitmq.yaml", {
-        "rabbitmq.url": AMQP_URL, "queue": rmq.queue}, env={})
+        "rabbitmq.url": AMQP_URL, "queue": rabbit.queue}, env={})
 
     async def attempt() -> None:
         async with connect_publisher(settings) as publisher:
@@ -170,14 +159,14 @@ def test_enqueue_refuses_what_breaks_the_limits_and_publishes_nothing(rmq: Backe
                     await publisher.enqueue_many([NewJob(kind="fine"), job])
 
     asyncio.run(attempt())
-    assert asyncio.run(ready(rmq.queue)) == 0
-    made = rmq.run("producer", "--count", "1", "--payload-size", "2000000")
+    assert asyncio.run(ready(rabbit.queue)) == 0
+    made = rabbit.run("producer", "--count", "1", "--payload-size", "2000000")
     assert made.returncode == 2 and "jobq: job refused: payload is 2,000,019 bytes" in made.stderr
 
 
-def test_a_batch_into_a_full_classic_queue_reports_what_got_in(rmq: Backend) -> None:
+def test_a_batch_into_a_full_classic_queue_reports_what_got_in(rabbit: Backend) -> None:
     async def go() -> QueueFull:
-        async with connect_publisher(bounded(rmq.queue + "-b", 5, "classic")) as publisher:
+        async with connect_publisher(bounded(rabbit.queue + "-b", 5, "classic")) as publisher:
             with pytest.raises(QueueFull) as full:
                 await publisher.enqueue_many([NewJob(kind="k", payload={"n": i}) for i in range(8)],
                                              timeout=0.2)
@@ -185,33 +174,33 @@ def test_a_batch_into_a_full_classic_queue_reports_what_got_in(rmq: Backend) -> 
 
     try:
         full = asyncio.run(go())
-        assert len(full.accepted) == 5 and asyncio.run(ready(rmq.queue + "-b")) == 5
-        bounded_env = {**rmq.env, "JOBQ_LIMITS__MAX_PENDING": "5", "JOBQ_RABBITMQ__QUEUE_TYPE": "classic",
+        assert len(full.accepted) == 5 and asyncio.run(ready(rabbit.queue + "-b")) == 5
+        bounded_env = {**rabbit.env, "JOBQ_LIMITS__MAX_PENDING": "5", "JOBQ_RABBITMQ__QUEUE_TYPE": "classic",
                        "JOBQ_LIMITS__ENQUEUE_TIMEOUT": "0.2"}
         made = run_cli("producer", "--config", str(ROOT / "configs" / "rabbitmq.yaml"), "--queue",
-                       rmq.queue + "-b", "--count", "1", env=bounded_env)
+                       rabbit.queue + "-b", "--count", "1", env=bounded_env)
         assert made.returncode == 4 and "is full" in made.stderr, made.stderr
     finally:
-        Backend("rabbitmq", rmq.queue + "-b", {}).cleanup()
+        Backend("rabbitmq", rabbit.queue + "-b", {}).cleanup()
     # Turning the limit on for a queue declared without it: a config error saying what to do.
-    rmq.set(LIMITS__MAX_PENDING="100")
-    made = rmq.run("producer", "--count", "1")
+    rabbit.set(LIMITS__MAX_PENDING="100")
+    made = rabbit.run("producer", "--count", "1")
     assert made.returncode == 2 and "limits.max_pending" in made.stderr and "x-max-length" in made.stderr
 
 
 def test_huge_errors_and_near_frame_size_headers_never_cost_the_connection(
-        rmq: Backend, tmp_path: Path) -> None:
+        rabbit: Backend, tmp_path: Path) -> None:
     # Before: a 300,000-character error went into the retry copy's headers, the broker closed
     # the connection (FRAME_ERROR, frame_too_large) and every in-flight job of the consumer
     # was redelivered; the job itself ended dead for "lost mid-job", its real error lost.
-    rmq.produce(2, "--kind", "loud", "--max-attempts", "2")
-    asyncio.run(publish(rmq.queue, b"{}", "big-headers", "demo", {"h": "y" * 130_900}))
-    rmq.set(RETRY__BASE_DELAY="0", RETRY__JITTER="false")
-    result = rmq.run("consumer", "--once", "-p", "tests.processors:fail_loudly", "-a", "size=300000",
+    rabbit.produce(2, "--kind", "loud", "--max-attempts", "2")
+    asyncio.run(publish(rabbit.queue, b"{}", "big-headers", "demo", {"h": "y" * 130_900}))
+    rabbit.set(RETRY__BASE_DELAY="0", RETRY__JITTER="false")
+    result = rabbit.run("consumer", "--once", "-p", "tests.processors:fail_loudly", "-a", "size=300000",
                      "-n", "1")
     assert result.returncode == 0, result.stderr
     assert "lost the RabbitMQ session" not in result.stderr, result.stderr[-3000:]
-    dead = {row["id"]: row["last_error"] for row in rmq.dead()}
+    dead = {row["id"]: row["last_error"] for row in rabbit.dead()}
     assert len(dead) == 3
     assert dead.pop("big-headers").startswith("MalformedJob: headers are 130,909 bytes as JSON")
     for reason in dead.values():
