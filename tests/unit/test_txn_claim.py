@@ -12,7 +12,7 @@ from dependency_injector import providers
 from jobq.config import Settings, load_settings
 from jobq.container import Container, pg_pool_size, pool_buffer
 from jobq.sql import Queries
-from jobq.transports.pg_claim import ClaimStatement, Sweep
+from jobq.transports.pg_claim import FIRST, ClaimStatement, Sweep
 from jobq.transports.pg_transaction import PgTransactionTransport
 from jobq.transports.postgres import PostgresTransport
 
@@ -68,11 +68,11 @@ def test_the_prepared_claim_is_txn_claim_with_numbered_parameters() -> None:
 def test_a_sweep_moves_past_every_job_handed_out() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     sweep = Sweep(until=start, now=0.0)
-    assert not sweep.moved and sweep.params("q")["until"] == start
+    assert sweep.cursor == (FIRST, 0) and sweep.params("q")["until"] == start
     later, earlier = start - timedelta(seconds=1), start - timedelta(seconds=5)
     sweep.passed((7, "k", {}, {}, 0, 5, None, later))
     sweep.passed((9, "k", {}, {}, 0, 5, None, earlier))  # a claim that started earlier ends late
-    assert sweep.moved and sweep.cursor == (later, 7)
+    assert sweep.cursor == (later, 7)
     params = sweep.params("q")
     assert (params["after_run_at"], params["after_id"], params["queue"]) == (later, 7, "q")
 

@@ -136,8 +136,3 @@ class Sweep:
     def passed(self, row: Row) -> None:
         """A claim handed out the job of ``row`` (txn_claim's: run_at last, id first)."""
         self.cursor = max(self.cursor, (row[-1], int(row[0])))
-
-    @property
-    def moved(self) -> bool:
-        """True once a claim of this sweep found a job."""
-        return self.cursor != (FIRST, 0)
