@@ -89,6 +89,35 @@ def test_job_that_kills_its_process_ends_dead_after_max_attempts(
     assert "lease expired on attempt 3 of 3" in str(error)
 
 
+def test_a_consumer_whose_lease_expired_cannot_overwrite_the_outcome_of_the_new_holder(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    # The stale consumer's lease (1 s) expires mid-job (no heartbeat for 100 s); the holder
+    # rescues the job and runs it. The stale one then dead-letters it, the holder succeeds:
+    # the job must end done, as the holder ran it, not dead.
+    produce(schema, queue_name, 1, "--kind", "doomed")
+    stale_env = schema_env(schema, JOBQ_POSTGRES__LEASE="1", JOBQ_POSTGRES__HEARTBEAT="100",
+                           JOBQ_POSTGRES__RESCUE_INTERVAL="100", JOBQ_CONSUMER__BUFFER="0")
+    stale = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path / 'a'}",
+                      "-a", "sleep_ms=3000", "-a", "fail_kind=doomed", "-n", "1", env=stale_env)
+    holder = None
+    try:
+        assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"running": 1}, 20)
+        holder = start_cli("consumer", *pg_args(queue_name), "-p", RECORD,
+                           "-a", f"directory={tmp_path / 'b'}", "-a", "sleep_ms=3000", "-n", "1",
+                           env=schema_env(schema, JOBQ_POSTGRES__RESCUE_INTERVAL="0.2"))
+        assert wait_until(lambda: completions(tmp_path / "b"), 20)
+        time.sleep(0.5)  # both outcomes written by now: the stale one at 3 s, the holder's since
+    finally:
+        errs = []
+        for proc in (stale, holder):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                errs.append(proc.communicate(timeout=30)[1])
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 1}
+    assert "1 dead(s) not written: the job's lease expired" in errs[0]
+    assert not completions(tmp_path / "a")
+
+
 def test_retries_wait_for_their_backoff_then_end_dead_with_the_error(
         pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
     produce(schema, queue_name, 2, "--max-attempts", "3")

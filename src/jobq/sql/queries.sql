@@ -39,13 +39,17 @@ RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_atte
 -- Batched acks: one statement for every job that succeeded since the last flush.
 -- Asynchronous commit (see claim): an ack undone by a server crash leaves the job running
 -- until its lease expires and it runs again, as an ack lost in a consumer crash does.
+-- Only jobs this consumer still holds (locked_by): a job whose lease expired was rescued and
+-- may be running in another consumer now; its outcome is that consumer's to write. So are
+-- retry's and dead's. RETURNING tells which were still ours.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
 UPDATE {jobs}
    SET status = 'done', finished_at = now(), locked_until = NULL
   FROM async_commit
- WHERE id = ANY(%(ids)s) AND status = 'running';
+ WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s
+RETURNING id;
 
 -- name: retry
 -- Back to pending, not eligible before run_at; the attempt was counted at claim.
@@ -55,14 +59,16 @@ UPDATE {jobs}
        last_error = %(reason)s,
        locked_until = NULL,
        locked_by = NULL
- WHERE id = %(id)s AND status = 'running';
+ WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s
+RETURNING id;
 
 -- name: dead
 -- Parked for good; last_error says why. `jobq dead requeue` brings it back.
 UPDATE {jobs}
    SET status = 'dead', last_error = %(reason)s, finished_at = now(),
        locked_until = NULL, locked_by = NULL
- WHERE id = %(id)s AND status = 'running';
+ WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s
+RETURNING id;
 
 -- name: release
 -- Received but never started (graceful shutdown): back to pending at once, attempt not counted,

@@ -68,6 +68,7 @@ class PostgresTransport:
         self._wake = asyncio.Event()
         self._held: set[int] = set()  # claimed by us and not yet settled in the database
         self._acks: list[int] = []
+        self._unsure: set[int] = set()  # acks of a flush that failed: it may have committed
         self._acks_waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.rescued = 0  # expired leases freed by this consumer (metrics read it)
@@ -160,7 +161,10 @@ class PostgresTransport:
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
         try:
-            await self._run(name, {"id": delivery.handle, **params})
+            rows = await self._run(name, {"id": delivery.handle, "worker": self._worker, **params},
+                                   fetch=True)
+            if not rows:
+                self._stale(name, 1)
         finally:
             # Even when the write failed: a job we stop heartbeating has its lease expire and is
             # rescued (run again). Kept in _held, its lease would be renewed for as long as this
@@ -189,16 +193,31 @@ class PostgresTransport:
             return
         ids, self._acks = self._acks, []
         try:
-            await self._run("ack", {"ids": ids})
+            rows = await self._run("ack", {"ids": ids, "worker": self._worker}, fetch=True)
         except BaseException:
             # Failed or cancelled mid-statement (close() cancels the flush loop): keep them for
             # the next try. Acking twice is harmless; the lease keeps them ours meanwhile.
             # Re-arm the flusher: without it the retry would wait for some later ack, which an
             # idle consumer never gets, and these jobs would stay 'running' for good.
             self._acks[:0] = ids
+            self._unsure.update(ids)
             self._acks_waiting.set()
             raise
         self._held.difference_update(ids)
+        if len(rows) < len(ids):  # not all still ours, or acked by a flush that failed late
+            stale = set(ids).difference(row[0] for row in rows).difference(self._unsure)
+            if stale:
+                self._stale("ack", len(stale))
+        if self._unsure:
+            self._unsure.difference_update(ids)
+
+    def _stale(self, outcome: str, count: int) -> None:
+        """Outcomes not written: those jobs' leases expired before they settled."""
+        self._log.warning(
+            "%d %s(s) not written: the job's lease expired before it settled, so it was rescued "
+            "and runs again (or is running in another consumer, which writes its outcome); "
+            "a handler that blocks the event loop stops the heartbeat (see postgres.lease)",
+            count, outcome)
 
     async def _flush_loop(self) -> None:
         await self._forever(self._flush_once, "ack flush")
