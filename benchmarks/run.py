@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rates:
         size = replace(size, rates=args.rates)
     out = args.out or RESULTS / datetime.now().strftime("%Y%m%d-%H%M%S")
+    if out.is_dir() and any(out.iterdir()):
+        # Its runs/ would hold another run's completion records, which the figures would count.
+        parser().error(f"--out {out} is not empty: choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
     servers = Servers.from_env()
     started = time.monotonic()

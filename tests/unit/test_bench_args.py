@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from benchmarks.run import parser
+from benchmarks.run import main, parser
 
 
 def test_rates_and_consumer_counts_parse_into_tuples() -> None:
@@ -22,3 +24,12 @@ def test_bad_lists_are_refused_with_the_option_named(
     with pytest.raises(SystemExit) as stop:
         parser().parse_args(argv)
     assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_used_result_directory_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Another run's completion records under runs/ would be counted with this run's.
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit) as stop:
+        main(["--out", str(tmp_path), "--quick"])
+    assert stop.value.code == 2 and f"--out {tmp_path} is not empty" in capsys.readouterr().err
