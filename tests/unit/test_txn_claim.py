@@ -41,7 +41,7 @@ def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() 
     lease = settings(**{"consumer.concurrency": 16, "consumer.buffer": 8})
     assert pool_buffer(txn) == 0  # a buffered delivery would hold a connection and a row lock
     assert pool_buffer(lease) == 8
-    assert pg_pool_size(txn) == 18  # one per worker, the attempt log, a spare
+    assert pg_pool_size(txn) == 18  # one per worker, two spare (a pick's, anything sharing it)
     assert pg_pool_size(lease) == 4
     configured = settings(**{"postgres.claim": "transaction", "postgres.pool_size": 7})
     assert pg_pool_size(configured) == 7  # a configured size wins; the transport warns if short
@@ -50,19 +50,22 @@ def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() 
         assert container.worker_pool()._capacity == 16
 
 
-def test_the_prepared_claim_is_txn_claim_with_numbered_parameters() -> None:
-    claim = ClaimStatement(Queries("s"), logging.getLogger("test"))
-    prepared = claim._prepare.decode()
-    body = Queries("s")["txn_claim"].as_string(None)
-    assert prepared.startswith("PREPARE jobq_claim_")
-    assert "(text, timestamptz, bigint, timestamptz) AS" in prepared
-    assert "%(" not in prepared.split(" AS ", 1)[1]
-    numbered = body
-    for name, number in (("queue", 1), ("after_run_at", 2), ("after_id", 3), ("until", 4)):
-        numbered = numbered.replace(f"%({name})s", f"${number}")
-    assert prepared.endswith(numbered)
-    other = ClaimStatement(Queries("t"), logging.getLogger("test"))
-    assert other._prepare.split(b" ", 2)[1] != claim._prepare.split(b" ", 2)[1]  # name per schema
+def test_the_prepared_pick_and_take_are_the_queries_with_numbered_parameters() -> None:
+    claim = ClaimStatement(Queries("s"), logging.getLogger("test"), "host:1:abc")
+    pick, take = (statement.decode() for statement in claim._prepare)
+    assert pick.startswith("PREPARE jobq_pick_") and take.startswith("PREPARE jobq_take_")
+    assert "(text, timestamptz, bigint, timestamptz, int, float8, text) AS" in pick
+    assert "(bigint, text) AS" in take
+    for prepared, name, params in ((pick, "txn_pick", ("queue", "after_run_at", "after_id", "until",
+                                                      "limit", "grace", "worker")),
+                                   (take, "txn_take", ("id", "worker"))):
+        body = Queries("s")[name].as_string(None)
+        assert "%(" not in prepared.split(" AS ", 1)[1]
+        for number, param in enumerate(params, 1):
+            body = body.replace(f"%({param})s", f"${number}")
+        assert prepared.endswith(body)
+    other = ClaimStatement(Queries("t"), logging.getLogger("test"), "host:1:abc")
+    assert other._prepare[0].split(b" ", 2)[1] != claim._prepare[0].split(b" ", 2)[1]  # per schema
 
 
 def test_a_sweep_moves_past_every_job_handed_out() -> None:

@@ -113,80 +113,77 @@ RETURNING j.id, j.status;
 
 -- Transaction mode (transports/pg_transaction.py): each worker runs its job inside the
 -- transaction that locked the job's row; the job's own writes commit with its status.
--- Per job: txn_begin, txn_claim and txn_savepoint (one round trip, see pg_claim.py), a share
--- of one txn_attempt on another connection, the handler, then COMMIT (or txn_undo, txn_fail,
--- COMMIT).
+-- Per batch of free workers: one txn_pick. Per job: txn_begin, txn_take and txn_savepoint
+-- (one round trip, see pg_claim.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT).
 
--- name: txn_begin
--- READ COMMITTED whatever the server default: statements later in the job's transaction
--- (txn_bury) must see the attempt that txn_attempt committed after it began.
-BEGIN ISOLATION LEVEL READ COMMITTED;
-
--- name: txn_claim
--- CTE "next": the next job of this sweep, locked until the job's transaction ends. A sweep
--- takes the jobs due (run_at <= %(until)s, or <= now() when until is NULL: a consumer that
--- runs on) in (run_at, id) order, past a cursor that moves over every job handed out. With
--- --once, until is when the sweep began: a job that fails gets a run_at after that, so it is
--- not picked twice in one sweep, and the sweep ends: the classic
+-- name: txn_pick
+-- Pick up to %(limit)s jobs for the free workers and count their starts, committed at once:
+-- a process that dies mid-job rolls the job's own transaction back, but not this count, so a
+-- job that kills its process every time still uses up its attempts and ends dead (txn_bury)
+-- instead of looping. The jobs stay pending; locked_until marks them picked for a moment
+-- (%(grace)s s), ample for txn_take to lock each in its own transaction, and other
+-- picks pass them over meanwhile. After that moment a job is free again even if its take
+-- never came (the consumer died in between): at worst one attempt too many is counted.
+-- A sweep takes the jobs due (run_at <= %(until)s, or <= now() when until is NULL: a
+-- consumer that runs on) in (run_at, id) order, past a cursor that moves over every job
+-- picked. With --once, until is when the sweep began: a job that fails gets a run_at after
+-- that, so it is not picked twice in one sweep, and the sweep ends: the classic
 -- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
--- any parameters, generic plan or not (an id order lets it prefer the primary key and read
--- through other queues' jobs). SKIP LOCKED: jobs other workers and instances are running
--- are passed over, not waited for. FOR NO KEY UPDATE is the lock the UPDATE takes anyway,
--- and it does not block foreign keys that point at the job.
--- The UPDATE marks it done already: only this transaction sees that until it commits, and
--- it commits that way only if the handler succeeds (else txn_fail overwrites it), so success
--- costs a bare COMMIT and no further statement. Hence finished_at is when the job began; it
--- became visible, with its effects, at the COMMIT that ended it. The attempt counted here
--- assumes no unsettled earlier start; txn_recount corrects it when there was one.
--- RETURNING gives the attempts settled before this one (next.attempts), and the run_at the
--- cursor moves to; payload and headers as JSON text, checked and parsed by jobq (as in claim).
-WITH next AS (
-    SELECT id, attempts, run_at
+-- any parameters. SKIP LOCKED: jobs running elsewhere are passed over, not waited for.
+-- FOR NO KEY UPDATE does not block foreign keys that point at the job. The update changes
+-- no indexed column, so the row is rewritten in place (HOT). Asynchronous commit (as claim's):
+-- only a server crash can undo it, and that frees the jobs anyway.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+next AS (
+    SELECT id, run_at
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending'
        AND (run_at, id) > (%(after_run_at)s, %(after_id)s)
        AND run_at <= coalesce(%(until)s, now())
+       AND (locked_until IS NULL OR locked_until <= now())
      ORDER BY run_at, id
-     LIMIT 1
+     LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE {jobs} AS j
-   SET status = 'done', finished_at = now(), attempts = next.attempts + 1
-  FROM next
+   SET attempts = j.attempts + 1,
+       locked_until = now() + make_interval(secs => %(grace)s),
+       locked_by = %(worker)s
+  FROM next, async_commit
  WHERE j.id = next.id
-RETURNING j.id, j.kind, j.payload::text, j.headers::text, next.attempts, j.max_attempts,
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
           j.created_at, next.run_at;
 
--- name: txn_attempt
--- Count started attempts outside the jobs' transactions (on a connection of its own, one
--- statement for every job claimed meanwhile): if the process dies mid-job its transaction
--- rolls back, but this count stays. Returns the starts not yet folded into jobs.attempts.
--- It also forgets the jobs that committed since the last batch (their count is in their row
--- now): a delete here, batched, is cheaper than one in every job's transaction. Ids travel
--- as one array literal in text: cheaper to send than a list adapted element by element.
-WITH forgotten AS (
-    DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[])
-)
-INSERT INTO {attempts} AS a (job_id, started)
-SELECT id, 1 FROM unnest(%(ids)s::bigint[]) AS t(id)
-    ON CONFLICT (job_id) DO UPDATE SET started = a.started + 1
-RETURNING a.job_id, a.started;
+-- name: txn_begin
+-- READ COMMITTED whatever the server default: txn_take must see what txn_pick committed.
+BEGIN ISOLATION LEVEL READ COMMITTED;
 
--- name: txn_forget
--- At close: forget the jobs that committed since the last txn_attempt.
-DELETE FROM {attempts} WHERE job_id = ANY(%(done)s::bigint[]);
+-- name: txn_take
+-- In the job's transaction: lock a job txn_pick picked, until the transaction ends, and mark
+-- it done already: only this transaction sees that until it commits, and it commits that way
+-- only if the handler succeeds (else txn_fail overwrites it), so success costs a bare COMMIT
+-- and no further statement. Hence finished_at is when the job began; it became visible, with
+-- its effects, at the COMMIT that ended it. No row if the pick's moment passed and another
+-- consumer picked the job (locked_by is theirs), or if a take after an earlier pick of this
+-- consumer ran it meanwhile (that take cleared locked_until): the caller rolls back and
+-- moves on. Not SKIP LOCKED: a concurrent pick may hold the row for an instant (FOR UPDATE
+-- keeps the lock on a row it then finds picked already), and that must not make this miss it.
+UPDATE {jobs}
+   SET status = 'done', finished_at = now(), locked_until = NULL
+ WHERE id = %(id)s AND status = 'pending' AND locked_by = %(worker)s
+   AND locked_until IS NOT NULL;
 
--- name: txn_recount
--- In the job's transaction, when the attempt log shows earlier starts that never settled
--- (their consumer died): count them too.
-UPDATE {jobs} SET attempts = %(attempts)s WHERE id = %(id)s;
-
--- name: txn_unstart
--- A job handed back unstarted (graceful shutdown), after ROLLBACK: its start does not count.
-UPDATE {attempts} SET started = started - 1 WHERE job_id = %(id)s;
+-- name: txn_unpick
+-- Jobs picked or taken and then handed back unstarted (graceful shutdown), after ROLLBACK:
+-- their starts do not count, and they are free for other consumers at once.
+UPDATE {jobs} SET attempts = attempts - 1, locked_until = NULL
+ WHERE id = ANY(%(ids)s) AND status = 'pending' AND locked_by = %(worker)s
+   AND locked_until IS NOT NULL;
 
 -- name: txn_savepoint
--- Sent with the claim: what the handler writes comes after it, so a failure can undo just
+-- Sent with the take: what the handler writes comes after it, so a failure can undo just
 -- that (txn_undo) and record itself while the job's row stays locked.
 SAVEPOINT jobq_job;
 
@@ -194,16 +191,12 @@ SAVEPOINT jobq_job;
 ROLLBACK TO SAVEPOINT jobq_job;
 
 -- name: txn_fail
--- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead, with
--- every start counted. The row never left this transaction's lock, so no other claim could
--- take the job between the failure and this record of it. clock_timestamp(), not now():
--- now() is when the transaction, and so the job, began; the delay runs from the failure.
-WITH forgotten AS (
-    DELETE FROM {attempts} WHERE job_id = %(id)s
-)
+-- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead (the
+-- attempt was counted by txn_pick). The row never left this transaction's lock, so no other
+-- claim could take the job between the failure and this record of it. clock_timestamp(), not
+-- now(): now() is when the transaction, and so the job, began; the delay runs from the failure.
 UPDATE {jobs}
    SET status = %(status)s::text,
-       attempts = %(attempts)s,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
        finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
@@ -213,11 +206,9 @@ UPDATE {jobs}
 COMMIT;
 
 -- name: txn_bury
--- In the transaction of a claim that found every attempt already used by consumers that
--- died mid-job (their transactions rolled back; only the attempt log saw them): dead, unrun.
-WITH started AS (
-    DELETE FROM {attempts} WHERE job_id = %(id)s
-)
+-- In the transaction of a take whose pick found every attempt already used by consumers
+-- that died mid-job (their transactions rolled back; only the picks' counts stayed): dead,
+-- unrun, with the attempts they used (this pick's start does not count).
 UPDATE {jobs}
    SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int,
        last_error = 'the consumer died or lost its connection during each of its '
@@ -225,7 +216,7 @@ UPDATE {jobs}
  WHERE id = %(id)s;
 
 -- name: txn_sweep_start
--- A --once sweep takes the jobs due by the server's clock when it begins (see txn_claim).
+-- A --once sweep takes the jobs due by the server's clock when it begins (see txn_pick).
 SELECT now();
 
 -- name: enqueue
@@ -288,17 +279,14 @@ SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
 
 -- name: dead_requeue
 -- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
--- Any transaction-mode attempt log entry goes too, so the reset holds in both claim modes.
 WITH requeued AS (
     UPDATE {jobs}
        SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
-           last_error = NULL
+           last_error = NULL, locked_until = NULL, locked_by = NULL
      WHERE queue = %(queue)s AND status = 'dead'
        AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
        AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
     RETURNING id
-), forgotten AS (
-    DELETE FROM {attempts} AS a USING requeued WHERE a.job_id = requeued.id
 )
 SELECT id FROM requeued ORDER BY id;
 
@@ -309,8 +297,6 @@ WITH purged AS (
        AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
        AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
     RETURNING id
-), forgotten AS (
-    DELETE FROM {attempts} AS a USING purged WHERE a.job_id = purged.id
 )
 SELECT id FROM purged ORDER BY id;
 

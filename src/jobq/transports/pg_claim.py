@@ -1,23 +1,25 @@
-"""Transaction-mode claims: one round trip to begin and lock a job, and the sweep they walk.
+"""Transaction-mode claims: a pick for the free workers, a take per job, and the sweep.
 
-A hand-written loop spends two round trips before the job runs: BEGIN, then the locking
-SELECT. Here BEGIN, ``EXECUTE`` of the claim (``txn_claim``, prepared once per session under
-a name derived from its text) and the job's SAVEPOINT travel as one simple-protocol query.
-The claim's plan is prepared once, so the server parses nothing but that short line per job.
+A claim is two steps. ``txn_pick`` picks up to one job per free worker and counts their
+starts in a statement that commits at once (so a process that dies mid-job has still used the
+attempt). Then each job is taken in a transaction of its own: BEGIN, ``txn_take`` (which
+locks the row and marks it done, uncommitted) and the job's SAVEPOINT travel as one
+simple-protocol query that runs a statement prepared once per session under a name derived
+from its text, so the server parses nothing but that short line per job.
 
-Two things could take the prepared statement away, and both are handled:
+Two things could take the prepared statements away, and both are handled:
 
 * psycopg deallocates every prepared statement of a connection after a ROLLBACK, if it has
   prepared any itself there. Job connections therefore run with psycopg's automatic
   preparing off (``prepare_threshold = None``), handler statements included.
 * Behind a pooler that hands each transaction to any server connection (PgBouncer in
   transaction mode), a statement prepared in one transaction is missing in the next. After
-  a few such misses the claim falls back to two round trips with nothing prepared.
+  a few such misses the claims fall back to plain statements, nothing prepared.
 
-The statement's name is a digest of its text, which names the schema: two consumers, of
+The statements' names are a digest of their text, which names the schema: two consumers, of
 different schemas or versions, that meet on one server connection cannot run each other's.
 
-``Sweep`` is what the claims walk, and ``Claim`` is a delivery's handle.
+``Sweep`` is what the picks walk, and ``Claim`` is a delivery's handle.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from jobq.sql import Queries
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]
-PARAMS = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
-          (b"%(until)s", b"$4"))
+PICK = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
+        (b"%(until)s", b"$4"), (b"%(limit)s", b"$5"), (b"%(grace)s", b"$6"), (b"%(worker)s", b"$7"))
+TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"))
+GRACE = 0.5  # seconds a picked job is passed over by other picks, waiting for its take
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 
@@ -53,61 +57,92 @@ class Claim:
 
 
 class ClaimStatement:
-    """Begins a transaction on a connection and claims the next job there."""
+    """Picks jobs for the free workers, and takes each in a transaction of its own."""
 
-    def __init__(self, queries: Queries, logger: logging.Logger) -> None:
+    def __init__(self, queries: Queries, logger: logging.Logger, worker: str) -> None:
         self._log = logger
+        self._worker = worker
         self._begin = queries["txn_begin"].as_bytes(None)
-        self._claim = queries["txn_claim"].as_bytes(None)
+        self._pick = queries["txn_pick"].as_bytes(None)
+        self._take = queries["txn_take"].as_bytes(None)
         self._savepoint = queries["txn_savepoint"].as_bytes(None)
-        positional = self._claim
-        for named, number in PARAMS:
-            positional = positional.replace(named, number)
-        name = b"jobq_claim_" + hashlib.sha256(positional).hexdigest()[:16].encode()
-        self._prepare = (b"PREPARE " + name + b" (text, timestamptz, bigint, timestamptz) AS "
-                         + positional)
-        self._execute = (self._begin + b"; EXECUTE " + name
-                         + b"(%(queue)s, %(after_run_at)s, %(after_id)s, %(until)s); " + self._savepoint)
+        pick, take = _numbered(self._pick, PICK), _numbered(self._take, TAKE)
+        digest = hashlib.sha256(pick + take).hexdigest()[:16].encode()
+        pick_name, take_name = b"jobq_pick_" + digest, b"jobq_take_" + digest
+        self._prepare = (
+            b"PREPARE " + pick_name + b" (text, timestamptz, bigint, timestamptz, int, float8, text)"
+            b" AS " + pick,
+            b"PREPARE " + take_name + b" (bigint, text) AS " + take)
+        self._execute_pick = (b"EXECUTE " + pick_name + b"(%(queue)s, %(after_run_at)s, "
+                              b"%(after_id)s, %(until)s, %(limit)s, %(grace)s, %(worker)s)")
+        self._execute_take = (self._begin + b"; EXECUTE " + take_name + b"(%(id)s, %(worker)s); "
+                              + self._savepoint)
         self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._misses = 0
 
-    async def claim(self, conn: Conn, sweep: Sweep, queue: str) -> Row | None:
-        """BEGIN, lock and mark the sweep's next job (txn_claim), SAVEPOINT; None if none."""
+    async def pick(self, conn: Conn, sweep: Sweep, queue: str, limit: int) -> list[Row]:
+        """Up to ``limit`` jobs of the sweep, their starts counted (committed, autocommit)."""
+        params = {"limit": limit, "grace": GRACE, "worker": self._worker}
         while self._misses < MISSES:
-            if conn not in self._prepared:
-                await self._prepare_on(conn)
-            query = psycopg.AsyncClientCursor(conn)
+            query = await self._query(conn)
             try:
-                await query.execute(self._execute, sweep.literals(queue))
+                await query.execute(self._execute_pick, {**sweep.literals(queue), **params})
+            except errors.InvalidSqlStatementName:
+                self._missing(conn)
+                continue
+            return await query.fetchall()
+        cur = await conn.execute(self._pick, {**sweep.params(queue), **params})
+        return await cur.fetchall()
+
+    async def take(self, conn: Conn, job_id: int) -> bool:
+        """BEGIN, lock and mark the picked job (txn_take), SAVEPOINT; False if no longer ours."""
+        params = {"id": job_id, "worker": self._worker}
+        while self._misses < MISSES:
+            query = await self._query(conn)
+            try:
+                await query.execute(self._execute_take, params)
             except errors.InvalidSqlStatementName:
                 await conn.rollback()
-                self._prepared.discard(conn)
-                self._misses += 1
-                if self._misses == MISSES:
-                    self._log.warning("the prepared claim keeps going missing (a pooler in "
-                                      "transaction mode?): claiming in two round trips from now on")
+                self._missing(conn)
                 continue
             query.nextset()
-            return await query.fetchone()
+            return query.rowcount == 1
         await conn.execute(self._begin)
-        cur = await conn.execute(self._claim, sweep.params(queue))
+        taken = await conn.execute(self._take, params)
         await conn.execute(self._savepoint)
-        return await cur.fetchone()
+        return taken.rowcount == 1
 
-    async def _prepare_on(self, conn: Conn) -> None:
-        conn.prepare_threshold = None
-        # Already there: the same name, so the same text, left by an earlier client session
-        # of this server connection (behind a pooler).
-        with contextlib.suppress(errors.DuplicatePreparedStatement):
-            await conn.execute(self._prepare)
-        self._prepared.add(conn)
+    async def _query(self, conn: Conn) -> psycopg.AsyncClientCursor[tuple[Any, ...]]:
+        if conn not in self._prepared:
+            conn.prepare_threshold = None
+            # Already there: the same name, so the same text, left by an earlier client
+            # session of this server connection (behind a pooler).
+            for statement in self._prepare:
+                with contextlib.suppress(errors.DuplicatePreparedStatement):
+                    await conn.execute(statement)
+            self._prepared.add(conn)
+        return psycopg.AsyncClientCursor(conn)
+
+    def _missing(self, conn: Conn) -> None:
+        self._prepared.discard(conn)
+        self._misses += 1
+        if self._misses == MISSES:
+            self._log.warning("the prepared claim statements keep going missing (a pooler in "
+                              "transaction mode?): claiming with plain statements from now on")
+
+
+def _numbered(statement: bytes, params: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """``statement`` with its named parameters as $1, $2, ... for PREPARE."""
+    for named, number in params:
+        statement = statement.replace(named, number)
+    return statement
 
 
 class Sweep:
     """One pass over the due jobs in (run_at, id) order, past a cursor.
 
-    Claims run concurrently, each from the cursor as it was when it started; the cursor moves
-    past every job handed out. With ``until`` (``--once``: the server's clock when the sweep
+    Picks may run concurrently, each from the cursor as it was when it started; the cursor
+    moves past every job picked. With ``until`` (``--once``: the server's clock when the sweep
     began) a job that fails is due again only after that, so no claim of this sweep can find
     it again, however old its cursor, and the sweep ends. Without it (a consumer that runs
     on) each claim takes what is due by its own transaction's clock.
@@ -134,5 +169,5 @@ class Sweep:
                 "until": self._until_text}
 
     def passed(self, row: Row) -> None:
-        """A claim handed out the job of ``row`` (txn_claim's: run_at last, id first)."""
+        """A pick took the job of ``row`` (txn_pick's: run_at last, id first)."""
         self.cursor = max(self.cursor, (row[-1], int(row[0])))

@@ -1,13 +1,13 @@
 """PostgreSQL transport, transaction mode: the classic SKIP LOCKED sweep, effects exactly once.
 
 Each job runs in the transaction that locked its row; the delivery carries that connection as
-``job.context``. One round trip begins it, locks the next job past the sweep's cursor (marking
-it done, still uncommitted) and takes a savepoint (pg_claim); the attempt log counts the start
-on another connection (pg_attempts); success is a bare COMMIT, so the handler's writes and the
-job's ``done`` appear together. A failure rolls back to the savepoint and records itself in the
-same transaction; a crash rolls everything back and frees the row at once. Claims run as
-concurrent tasks, up to one per free worker (one at a time after a claim found nothing,
-doubling as they find jobs). docs/claim-modes.md says when to use this mode.
+``job.context``. A pick takes the next jobs past the sweep's cursor, one per free worker, and
+counts their starts in a statement that commits at once (pg_claim). Each job is then taken
+in one round trip: BEGIN, lock it (marking it done, still uncommitted), SAVEPOINT. Success is a
+bare COMMIT, so the handler's writes and the job's ``done`` appear together. A failure rolls
+back to the savepoint and records itself in the same transaction; a crash rolls everything
+back and frees the row (at most a second after its pick). Picks ask for one job after a pick
+found nothing, doubling as they find jobs. docs/claim-modes.md says when to use this mode.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import psycopg
@@ -28,16 +28,16 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_admin import require_schema
-from jobq.transports.pg_attempts import AttemptLog
 from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
+from jobq.transports.postgres import consumer_id
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-NEEDS = {"jobs": "SELECT,UPDATE", "attempts": "SELECT,INSERT,UPDATE,DELETE"}  # docs/security.md
-STATEMENTS = ("txn_recount", "txn_bury", "txn_unstart", "txn_sweep_start")
+NEEDS = {"jobs": "SELECT,UPDATE"}  # docs/security.md
+STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start")
 
 
 class PgTransactionTransport:
@@ -62,16 +62,18 @@ class PgTransactionTransport:
         self._fail_sql = b"; ".join(queries[name].as_bytes(None)
                                     for name in ("txn_undo", "txn_fail", "txn_commit"))
         self._log = logger or logging.getLogger("jobq.postgres")
-        self._attempts = AttemptLog(pool, queries)
-        self._claim = ClaimStatement(queries, self._log)
+        self._worker = consumer_id()
+        self._claim = ClaimStatement(queries, self._log, self._worker)
         self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
+        self._picked: set[int] = set()  # picked (start counted), not yet taken
         self._claiming: set[asyncio.Task[Delivery | None]] = set()
         self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
         self._delivered = 0  # handed out and not yet settled
         self._error: BaseException | None = None  # a failed claim, raised when nothing else is left
         self._dry = False  # the last claim found nothing: wait for news before claiming again
-        self._width = 1  # claims at once: 1 after one found nothing, doubled by each that finds
+        self._width = 1  # jobs a pick asks for: 1 after one found nothing, doubled as they find
         self._slots = concurrency
+        self._asked = 0  # jobs the picks in flight may bring, beyond one per pick task
         self._sweep = Sweep(None, 0.0)
         self._wake = asyncio.Event()  # a NOTIFY came, or a settle freed a worker slot
         self._news = False  # a NOTIFY came since the sweep began
@@ -82,12 +84,12 @@ class PgTransactionTransport:
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""
         size = self._pool.max_size
-        need = self._concurrency + 1  # one per running job, one for the attempt log
-        self._slots = max(1, min(self._concurrency, size - 1))
+        need = self._concurrency  # one per running job
+        self._slots = max(1, min(self._concurrency, size))
         if size < need:
             self._log.warning(
                 "postgres.pool_size %d is too small for transaction mode with concurrency %d: "
-                "each running job holds a connection and the attempt log one more, so at most "
+                "each running job holds a connection, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
         await require_schema(self._pool, self._cfg.schema, NEEDS, "a transaction-mode consumer")
@@ -123,7 +125,9 @@ class PgTransactionTransport:
         self._ready.clear()
         for conn in list(self._held):  # a forced stop left jobs running: roll them back
             await self._give_back(conn)
-        await self._attempts.close()
+        if self._picked:  # picked, never taken: free them now rather than after the grace
+            with contextlib.suppress(TransportError):
+                await self._unpick(list(self._picked))
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Claim up to ``max_count`` jobs, one transaction each; if none, wait for a NOTIFY or poll."""
@@ -167,8 +171,7 @@ class PgTransactionTransport:
                     "statement or ended by the handler, so its writes cannot commit; it runs again "
                     "in a later sweep (a handler must re-raise database errors, and must not "
                     "commit or roll back job.context)")
-            await claim.conn.commit()  # txn_claim marked it done already
-            self._attempts.acked(claim.job_id)
+            await claim.conn.commit()  # txn_take marked it done already
 
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Roll the handler's writes back; back to pending, due ``delay`` seconds from now."""
@@ -188,14 +191,21 @@ class PgTransactionTransport:
         # row stays locked while the failure is written, and all of it is one round trip.
         async with self._settling(claim, "retry" if status == "pending" else "dead"):
             await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, {
-                "id": claim.job_id, "attempts": claim.attempt, "status": status,
+                "id": claim.job_id, "status": status,
                 "delay": delay, "reason": reason})
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
             await claim.conn.rollback()
-            await claim.conn.execute(self._sql["txn_unstart"], {"id": claim.job_id})
+            await claim.conn.execute(self._sql["txn_unpick"], {"ids": [claim.job_id],
+                                                               "worker": self._worker})
         await self._give_back(claim.conn)
+
+    async def _unpick(self, ids: list[int]) -> None:
+        with translated("postgres release"):
+            async with self._pool.connection() as conn:
+                await conn.execute(self._sql["txn_unpick"], {"ids": ids, "worker": self._worker})
+        self._picked.difference_update(ids)
 
     @contextlib.asynccontextmanager
     async def _settling(self, claim: Claim, what: str) -> AsyncIterator[None]:
@@ -214,20 +224,24 @@ class PgTransactionTransport:
         self._wake.set()
 
     def _start_claims(self, max_count: int) -> None:
-        """One claim task per free worker not already being claimed for."""
+        """A pick for the free workers not already being claimed for, if none is in flight."""
         if self._dry or self._error is not None:
             return
-        room = min(max_count, self._slots - self._delivered) - len(self._claiming) - len(self._ready)
-        # A queue that is idle, or fed a job at a time, costs about one claim per job, not one
-        # per free worker: after a claim found nothing, they ramp up as claims find jobs.
-        room = min(room, self._width - len(self._claiming))
+        room = (min(max_count, self._slots - self._delivered) - self._asked
+                - len(self._claiming) - len(self._ready))
+        # A queue that is idle, or fed a job at a time, costs about one pick per job, not one
+        # per free worker: after a pick found nothing, they ramp up as picks find jobs.
+        room = min(room, self._width - self._asked)
         if room <= 0:
             return
-        self._wake.clear()  # news from now on is news to the claims started here
-        for _ in range(room):
-            task = asyncio.create_task(self._claim_one())
-            self._claiming.add(task)
-            task.add_done_callback(self._claimed)
+        self._wake.clear()  # news from now on is news to the pick started here
+        self._asked += room - 1  # the pick's task counts as one of them while it runs
+        self._spawn(self._pick(room))
+
+    def _spawn(self, claim: Coroutine[Any, Any, Delivery | None]) -> None:
+        task = asyncio.create_task(claim)
+        self._claiming.add(task)
+        task.add_done_callback(self._claimed)
 
     def _claimed(self, task: asyncio.Task[Delivery | None]) -> None:
         self._claiming.discard(task)
@@ -240,46 +254,63 @@ class PgTransactionTransport:
             self._error = self._error or error  # the pool logs it and backs off
         elif (delivery := task.result()) is not None:
             self._ready.append(delivery)
-            self._width = min(self._slots, self._width * 2)
 
-    async def _claim_one(self) -> Delivery | None:
-        """Lock the next job past the cursor in a new transaction and count its attempt."""
-        with translated("postgres claim"):
-            conn = await self._pool.getconn()
-        self._held.add(conn)
+    async def _pick(self, room: int) -> Delivery | None:
+        """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks."""
         try:
-            row = await self._lock_next(conn)
-            if row is None:
-                self._dry, self._width = True, 1
+            with translated("postgres claim"):
+                conn = await self._pool.getconn()
+            self._held.add(conn)
+            try:
+                sweep = self._sweep  # a new sweep may begin while this pick runs
+                with translated("postgres claim"):
+                    rows = await self._claim.pick(conn, sweep, self._queue, room)
+            except BaseException:
+                await self._give_back(conn)
+                raise
+        finally:
+            self._asked -= room - 1
+        if not rows:
+            self._dry, self._width = True, 1
+            await self._give_back(conn)
+            return None
+        self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
+        self._picked.update(int(row[0]) for row in rows)
+        for row in rows:
+            sweep.passed(row)
+        for row in rows[1:]:
+            self._spawn(self._take(None, row))
+        return await self._take(conn, rows[0])
+
+    async def _take(self, conn: Conn | None, row: Row) -> Delivery | None:
+        """Lock the picked job of ``row`` in a new transaction on ``conn`` (or one from the pool)."""
+        job_id = int(row[0])
+        try:
+            if conn is None:
+                with translated("postgres claim"):
+                    conn = await self._pool.getconn()
+                self._held.add(conn)
+            with translated("postgres claim"):
+                taken = await self._claim.take(conn, job_id)
+            self._picked.discard(job_id)
+            if not taken:  # its moment passed and another consumer picked it (a stalled server)
+                self._log.debug("job %d was picked again elsewhere before this consumer took it", job_id)
                 await self._give_back(conn)
                 return None
-            started = await self._attempts.started(int(row[0]))
-            return await self._deliver(conn, row, started)
+            return await self._deliver(conn, row)
         except BaseException:
-            await self._give_back(conn)
+            if conn is not None:
+                await self._give_back(conn)
             raise
 
-    async def _lock_next(self, conn: Conn) -> Row | None:
-        """Lock the next job of the sweep, past its cursor."""
-        sweep = self._sweep  # a new sweep may begin while this claim runs
-        with translated("postgres claim"):
-            row = await self._claim.claim(conn, sweep, self._queue)
-        if row is not None:
-            sweep.passed(row)
-        return row
-
-    async def _deliver(self, conn: Conn, row: Row, started: int) -> Delivery | None:
-        """The delivery of a locked job, or None if its attempts were all used up by crashes."""
-        job_id, settled, max_attempts = int(row[0]), int(row[4]), int(row[5])
-        attempt = settled + started
-        if attempt > max_attempts:
+    async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
+        """The delivery of a taken job, or None if its attempts were all used up by crashes."""
+        job_id, attempt, max_attempts = int(row[0]), int(row[4]), int(row[5])
+        if attempt > max_attempts:  # every earlier start's consumer died before settling it
             await self._bury(conn, job_id, attempt - 1)
             return None
-        if started > 1:  # earlier starts never settled: their consumer died mid-job
-            with translated("postgres claim"):
-                await conn.execute(self._sql["txn_recount"], {"id": job_id, "attempts": attempt})
         delivery = row_to_delivery(row[:7], self._queue, self._limits)
-        delivery.job = dataclasses.replace(delivery.job, attempt=attempt, context=conn)
+        delivery.job = dataclasses.replace(delivery.job, context=conn)
         delivery.handle = Claim(conn, job_id, attempt)
         return delivery
 
