@@ -48,9 +48,9 @@ def transaction_mode(settings: Settings) -> bool:
 def pg_pool_size(settings: Settings) -> int:
     """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
 
-    Transaction mode holds one per running job, plus two spare (a pick's while every worker
-    is busy, and anything else sharing the pool): concurrency + 2. The transport warns at
-    start-up when a configured size is below concurrency.
+    Transaction mode holds one per running job, one for picks (and the depth gauge) and one
+    spare: concurrency + 2. The transport warns at start-up when a configured size is below
+    concurrency + 1.
     """
     if settings.postgres.pool_size:
         return settings.postgres.pool_size

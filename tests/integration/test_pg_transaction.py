@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import logging
 import signal
 import time
 import uuid
@@ -10,10 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from jobq.sql import Queries
-from jobq.transports.pg_claim import GRACE
+from jobq.transports.pg_claim import GRACE, ClaimStatement, Sweep
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.integration.test_postgres import produce, status_counts
 from tests.processors import completions
@@ -162,7 +165,7 @@ def test_too_small_a_pool_warns_at_start_and_still_drains(
                      "-a", f"directory={tmp_path}", env=schema_env(schema, JOBQ_POSTGRES__POOL_SIZE="3"))
     assert result.returncode == 0, result.stderr
     assert "postgres.pool_size 3 is too small for transaction mode with concurrency 4" in result.stderr
-    assert "at most 3 jobs will run at once; set pool_size to 4 or more" in result.stderr
+    assert "at most 2 jobs will run at once; set pool_size to 5 or more" in result.stderr
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 50}
 
 
@@ -211,3 +214,33 @@ def test_the_claim_reads_only_its_own_queue_whatever_the_plan(
             plan = "\n".join(str(r[0]) for r in conn.execute(explain, params, prepare=True))
             assert "jobs_pending_idx" in plan and "Rows Removed by Filter" not in plan, plan
             conn.rollback()
+
+
+@pytest.mark.parametrize("again_by", ["another consumer", "the same consumer"])
+def test_a_take_after_its_job_was_picked_again_matches_nothing_and_never_waits(
+        pg_dsn: str, schema: str, queue_name: str, again_by: str) -> None:
+    # A take that comes after its pick's moment (an event loop blocked that long) finds the
+    # job picked again and taken, its row locked by that take's transaction. It must match
+    # nothing at once, not wait for that job to end and then run it a second time.
+    produce(schema, queue_name, 1)
+    queries, log = Queries(schema), logging.getLogger("test")
+    late = ClaimStatement(queries, log, "late:1:aaaaaa")
+    other = late if again_by == "the same consumer" else ClaimStatement(queries, log, "other:2:bbbbbb")
+    expire = sql.SQL("UPDATE {} SET locked_until = now() - interval '1 second'").format(table(schema))
+
+    async def go() -> tuple[bool, bool]:
+        async with (await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as first,
+                    await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as second):
+            [picked] = await late.pick(first, Sweep(None, 0.0), queue_name, 4)
+            await second.execute(expire)  # the pick's moment passes
+            [again] = await other.pick(second, Sweep(None, 0.0), queue_name, 4)
+            second_took = await other.take(second, again)
+            first_took = await asyncio.wait_for(late.take(first, picked), 5)
+            await first.rollback()
+            await second.commit()
+            return first_took, second_took
+
+    first_took, second_took = asyncio.run(go())
+    assert (first_took, second_took) == (False, True)
+    rows = fetch(pg_dsn, sql.SQL("SELECT status, attempts FROM {}").format(table(schema)))
+    assert rows == [("done", 2)]  # run once; the late pick's start stays counted (documented)

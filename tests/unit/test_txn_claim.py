@@ -41,7 +41,7 @@ def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() 
     lease = settings(**{"consumer.concurrency": 16, "consumer.buffer": 8})
     assert pool_buffer(txn) == 0  # a buffered delivery would hold a connection and a row lock
     assert pool_buffer(lease) == 8
-    assert pg_pool_size(txn) == 18  # one per worker, two spare (a pick's, anything sharing it)
+    assert pg_pool_size(txn) == 18  # one per worker, one for picks, a spare
     assert pg_pool_size(lease) == 4
     configured = settings(**{"postgres.claim": "transaction", "postgres.pool_size": 7})
     assert pg_pool_size(configured) == 7  # a configured size wins; the transport warns if short
@@ -55,10 +55,10 @@ def test_the_prepared_pick_and_take_are_the_queries_with_numbered_parameters() -
     pick, take = (statement.decode() for statement in claim._prepare)
     assert pick.startswith("PREPARE jobq_pick_") and take.startswith("PREPARE jobq_take_")
     assert "(text, timestamptz, bigint, timestamptz, int, float8, text) AS" in pick
-    assert "(bigint, text) AS" in take
+    assert "(bigint, text, timestamptz) AS" in take
     for prepared, name, params in ((pick, "txn_pick", ("queue", "after_run_at", "after_id", "until",
                                                       "limit", "grace", "worker")),
-                                   (take, "txn_take", ("id", "worker"))):
+                                   (take, "txn_take", ("id", "worker", "until"))):
         body = Queries("s")[name].as_string(None)
         assert "%(" not in prepared.split(" AS ", 1)[1]
         for number, param in enumerate(params, 1):

@@ -123,16 +123,17 @@ RETURNING j.id, j.status;
 -- instead of looping. The jobs stay pending; locked_until marks them picked for a moment
 -- (%(grace)s s), ample for txn_take to lock each in its own transaction, and other
 -- picks pass them over meanwhile. After that moment a job is free again even if its take
--- never came (the consumer died in between): at worst one attempt too many is counted.
+-- never came (the consumer died in between, or its event loop was blocked that long): that
+-- start was counted, though the job never ran.
 -- A sweep takes the jobs due (run_at <= %(until)s, or <= now() when until is NULL: a
 -- consumer that runs on) in (run_at, id) order, past a cursor that moves over every job
 -- picked. With --once, until is when the sweep began: a job that fails gets a run_at after
 -- that, so it is not picked twice in one sweep, and the sweep ends: the classic
 -- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
 -- any parameters. SKIP LOCKED: jobs running elsewhere are passed over, not waited for.
--- FOR NO KEY UPDATE does not block foreign keys that point at the job. The update changes
--- no indexed column, so the row is rewritten in place (HOT). Asynchronous commit (as claim's):
--- only a server crash can undo it, and that frees the jobs anyway.
+-- FOR NO KEY UPDATE does not block foreign keys that point at the job. Asynchronous commit
+-- (as claim's): only a server crash can undo it, and that frees the jobs anyway.
+-- RETURNING locked_until: the take matches it, so only this pick's take can take the job.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
@@ -154,7 +155,7 @@ UPDATE {jobs} AS j
   FROM next, async_commit
  WHERE j.id = next.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
-          j.created_at, next.run_at;
+          j.created_at, j.locked_until, next.run_at;
 
 -- name: txn_begin
 -- READ COMMITTED whatever the server default: txn_take must see what txn_pick committed.
@@ -165,19 +166,20 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- it done already: only this transaction sees that until it commits, and it commits that way
 -- only if the handler succeeds (else txn_fail overwrites it), so success costs a bare COMMIT
 -- and no further statement. Hence finished_at is when the job began; it became visible, with
--- its effects, at the COMMIT that ended it. No row if the pick's moment passed and another
--- consumer picked the job (locked_by is theirs), or if a take after an earlier pick of this
--- consumer ran it meanwhile (that take cleared locked_until): the caller rolls back and
--- moves on. Not SKIP LOCKED: a concurrent pick may hold the row for an instant (FOR UPDATE
--- keeps the lock on a row it then finds picked already), and that must not make this miss it.
+-- its effects, at the COMMIT that ended it. The job must still be as its pick left it
+-- (locked_by and locked_until, the pick's token): if the pick's moment passed and another
+-- pick took the job since, this matches no row and never waits on that pick's take; the
+-- caller rolls back and moves on. Not SKIP LOCKED: a concurrent pick may hold the row for an
+-- instant (FOR UPDATE keeps the lock on a row it then finds picked already), and that must
+-- not make this miss it.
 UPDATE {jobs}
    SET status = 'done', finished_at = now(), locked_until = NULL
  WHERE id = %(id)s AND status = 'pending' AND locked_by = %(worker)s
-   AND locked_until IS NOT NULL;
+   AND locked_until = %(until)s;
 
 -- name: txn_unpick
--- Jobs picked or taken and then handed back unstarted (graceful shutdown), after ROLLBACK:
--- their starts do not count, and they are free for other consumers at once.
+-- Jobs picked or taken and then handed back unstarted (graceful shutdown, a take that failed),
+-- after ROLLBACK: their starts do not count, and they are free for other consumers at once.
 UPDATE {jobs} SET attempts = attempts - 1, locked_until = NULL
  WHERE id = ANY(%(ids)s) AND status = 'pending' AND locked_by = %(worker)s
    AND locked_until IS NOT NULL;

@@ -41,8 +41,11 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]
 PICK = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
         (b"%(until)s", b"$4"), (b"%(limit)s", b"$5"), (b"%(grace)s", b"$6"), (b"%(worker)s", b"$7"))
-TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"))
-GRACE = 0.5  # seconds a picked job is passed over by other picks, waiting for its take
+TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"), (b"%(until)s", b"$3"))
+# Seconds a picked job is passed over by other picks, waiting for its take (one round trip
+# later): a take later than that (an event loop blocked as long) may find it picked again.
+GRACE = 2.0
+PICKED = -2  # txn_pick's row: the job's locked_until as the pick set it (the take's token)
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 
@@ -72,11 +75,11 @@ class ClaimStatement:
         self._prepare = (
             b"PREPARE " + pick_name + b" (text, timestamptz, bigint, timestamptz, int, float8, text)"
             b" AS " + pick,
-            b"PREPARE " + take_name + b" (bigint, text) AS " + take)
+            b"PREPARE " + take_name + b" (bigint, text, timestamptz) AS " + take)
         self._execute_pick = (b"EXECUTE " + pick_name + b"(%(queue)s, %(after_run_at)s, "
                               b"%(after_id)s, %(until)s, %(limit)s, %(grace)s, %(worker)s)")
-        self._execute_take = (self._begin + b"; EXECUTE " + take_name + b"(%(id)s, %(worker)s); "
-                              + self._savepoint)
+        self._execute_take = (self._begin + b"; EXECUTE " + take_name
+                              + b"(%(id)s, %(worker)s, %(until)s); " + self._savepoint)
         self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._misses = 0
 
@@ -94,9 +97,11 @@ class ClaimStatement:
         cur = await conn.execute(self._pick, {**sweep.params(queue), **params})
         return await cur.fetchall()
 
-    async def take(self, conn: Conn, job_id: int) -> bool:
-        """BEGIN, lock and mark the picked job (txn_take), SAVEPOINT; False if no longer ours."""
-        params = {"id": job_id, "worker": self._worker}
+    async def take(self, conn: Conn, row: Row) -> bool:
+        """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours."""
+        # The token as ISO text: quoted into the EXECUTE line faster than a datetime.
+        params: dict[str, Any] = {"id": int(row[0]), "worker": self._worker,
+                                  "until": row[PICKED].isoformat()}
         while self._misses < MISSES:
             query = await self._query(conn)
             try:
@@ -107,6 +112,7 @@ class ClaimStatement:
                 continue
             query.nextset()
             return query.rowcount == 1
+        params["until"] = row[PICKED]
         await conn.execute(self._begin)
         taken = await conn.execute(self._take, params)
         await conn.execute(self._savepoint)

@@ -6,8 +6,10 @@ counts their starts in a statement that commits at once (pg_claim). Each job is 
 in one round trip: BEGIN, lock it (marking it done, still uncommitted), SAVEPOINT. Success is a
 bare COMMIT, so the handler's writes and the job's ``done`` appear together. A failure rolls
 back to the savepoint and records itself in the same transaction; a crash rolls everything
-back and frees the row (at most a second after its pick). Picks ask for one job after a pick
-found nothing, doubling as they find jobs. docs/claim-modes.md says when to use this mode.
+back and frees the row once the server sees the connection gone (or, within two seconds of
+the pick, when those are over), its start still counted. Picks may run concurrently; after
+one found nothing they ask for one job, doubling as they find as many as they asked for.
+docs/claim-modes.md says when to use this mode.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from jobq.errors import TransportError
 from jobq.job import Delivery
 from jobq.sql import Queries
 from jobq.transports.pg_admin import require_schema
-from jobq.transports.pg_claim import Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.pg_claim import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.pg_connect import translated
 from jobq.transports.pg_decode import row_to_delivery
 from jobq.transports.pg_listen import listen
@@ -84,12 +86,12 @@ class PgTransactionTransport:
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""
         size = self._pool.max_size
-        need = self._concurrency  # one per running job
-        self._slots = max(1, min(self._concurrency, size))
+        need = self._concurrency + 1  # one per running job, one for picks and the depth gauge
+        self._slots = max(1, min(self._concurrency, size - 1))
         if size < need:
             self._log.warning(
                 "postgres.pool_size %d is too small for transaction mode with concurrency %d: "
-                "each running job holds a connection, so at most "
+                "each running job holds a connection, and picks need one more, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
         await require_schema(self._pool, self._cfg.schema, NEEDS, "a transaction-mode consumer")
@@ -224,7 +226,7 @@ class PgTransactionTransport:
         self._wake.set()
 
     def _start_claims(self, max_count: int) -> None:
-        """A pick for the free workers not already being claimed for, if none is in flight."""
+        """A pick for the free workers that no claim in flight is already for."""
         if self._dry or self._error is not None:
             return
         room = (min(max_count, self._slots - self._delivered) - self._asked
@@ -291,17 +293,30 @@ class PgTransactionTransport:
                     conn = await self._pool.getconn()
                 self._held.add(conn)
             with translated("postgres claim"):
-                taken = await self._claim.take(conn, job_id)
-            self._picked.discard(job_id)
-            if not taken:  # its moment passed and another consumer picked it (a stalled server)
-                self._log.debug("job %d was picked again elsewhere before this consumer took it", job_id)
-                await self._give_back(conn)
-                return None
-            return await self._deliver(conn, row)
-        except BaseException:
+                taken = await self._claim.take(conn, row)
+        except BaseException as exc:
             if conn is not None:
                 await self._give_back(conn)
+            if isinstance(exc, TransportError):
+                await self._untake(job_id)
             raise
+        self._picked.discard(job_id)
+        if not taken:  # picked again since (this take came after the pick's moment): theirs now
+            self._log.warning("job %d was picked again before this consumer took it (its take "
+                              "came more than %.0f s after its pick: an event loop blocked that "
+                              "long?); the start counted for it here never ran", job_id, GRACE)
+            await self._give_back(conn)
+            return None
+        return await self._deliver(conn, row)
+
+    async def _untake(self, job_id: int) -> None:
+        """A take failed: hand the job back with its start uncounted, and sweep again from the
+        start, since the cursor has moved past the job (a --once sweep would end without it)."""
+        self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
+        try:
+            await self._unpick([job_id])
+        except TransportError as exc:  # the pick's moment passes and frees it anyway
+            self._log.debug("could not hand back job %d after a failed take: %s", job_id, exc)
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
