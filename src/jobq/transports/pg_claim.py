@@ -56,7 +56,6 @@ class Claim:
 
     conn: Conn
     job_id: int
-    attempt: int  # this attempt's number: the settled ones plus the starts counted since
 
 
 class ClaimStatement:

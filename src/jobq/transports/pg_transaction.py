@@ -326,7 +326,7 @@ class PgTransactionTransport:
             return None
         delivery = row_to_delivery(row[:7], self._queue, self._limits)
         delivery.job = dataclasses.replace(delivery.job, context=conn)
-        delivery.handle = Claim(conn, job_id, attempt)
+        delivery.handle = Claim(conn, job_id)
         return delivery
 
     async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:
