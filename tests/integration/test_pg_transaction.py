@@ -244,3 +244,32 @@ def test_a_take_after_its_job_was_picked_again_matches_nothing_and_never_waits(
     assert (first_took, second_took) == (False, True)
     rows = fetch(pg_dsn, sql.SQL("SELECT status, attempts FROM {}").format(table(schema)))
     assert rows == [("done", 2)]  # run once; the late pick's start stays counted (documented)
+
+
+def test_picks_and_heartbeats_are_hot_updates(pg_dsn: str, schema: str, queue_name: str) -> None:
+    # They change no indexed column (migration 3), so on a page with room they add no index
+    # entries: updates and HOT updates as the server counts them for this session.
+    produce(schema, queue_name, 20)
+    hot = sql.SQL("SELECT pg_stat_get_xact_tuples_updated(t), pg_stat_get_xact_tuples_hot_updated(t)"
+                  " FROM CAST({} AS regclass) AS t").format(sql.Literal(f"{schema}.jobs"))
+    claim = ClaimStatement(Queries(schema), logging.getLogger("test"), "hot:1:aaaaaa")
+
+    async def pick() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+            before = (await (await conn.execute(hot)).fetchall())[0]
+            assert len(await claim.pick(conn, Sweep(None, 0.0), queue_name, 10)) == 10
+            after = (await (await conn.execute(hot)).fetchall())[0]
+            await conn.rollback()
+            return after[0] - before[0], after[1] - before[1]
+
+    assert asyncio.run(pick()) == (10, 10)
+    with psycopg.connect(pg_dsn) as conn:
+        running = conn.execute(sql.SQL(
+            "UPDATE {} SET status = 'running', locked_by = 'w' WHERE id IN (SELECT id FROM {} LIMIT 5)"
+            " RETURNING id").format(table(schema), table(schema))).fetchall()
+        conn.commit()
+        before = conn.execute(hot).fetchall()[0]
+        conn.execute(Queries(schema)["heartbeat"],
+                     {"ids": [int(r[0]) for r in running], "lease": 60.0, "worker": "w"})
+        after = conn.execute(hot).fetchall()[0]
+    assert (after[0] - before[0], after[1] - before[1]) == (5, 5)

@@ -32,6 +32,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "migrations": sql.Identifier(schema, "migrations"),
         "attempts": sql.Identifier(schema, "attempts"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),
+        "running_idx": sql.Identifier(schema, "jobs_running_idx"),
     }
 
 

@@ -58,3 +58,17 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {attempts} (
     job_id  bigint  PRIMARY KEY,
     started integer NOT NULL
 );
+
+-- migration: 3 HOT updates for picks and heartbeats
+-- An UPDATE that changes no indexed column, on a page with room for the new row version, is
+-- HOT: no new index entries, and the old version is pruned with the page. Transaction mode's
+-- pick (attempts, locked_until, locked_by) and lease mode's heartbeat (locked_until) change
+-- only locked_until of the indexed columns, through the running-jobs index of migration 1.
+-- Keyed on queue instead, that index still serves the rescue and the depth count (it holds only
+-- running jobs, a few per worker), and those updates become HOT: measured on a 30,000-job
+-- transaction-mode drain, 27,000 of the 30,000 picks. The fillfactor leaves each new page a
+-- tenth free for them (pages already written keep theirs). Upgrading an existing table builds
+-- the new index in one scan of it, during which enqueues and claims wait.
+DROP INDEX IF EXISTS {running_idx};
+CREATE INDEX IF NOT EXISTS jobs_running_queue_idx ON {jobs} (queue) WHERE status = 'running';
+ALTER TABLE {jobs} SET (fillfactor = 90);
