@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors
+from psycopg import errors, sql
 
 from jobq.sql import Queries
 
@@ -77,8 +77,11 @@ class ClaimStatement:
             b"PREPARE " + take_name + b" (bigint, text, timestamptz) AS " + take)
         self._execute_pick = (b"EXECUTE " + pick_name + b"(%(queue)s, %(after_run_at)s, "
                               b"%(after_id)s, %(until)s, %(limit)s, %(grace)s, %(worker)s)")
-        self._execute_take = (self._begin + b"; EXECUTE " + take_name
-                              + b"(%(id)s, %(worker)s, %(until)s); " + self._savepoint)
+        # The take's line, but for the job's id and token: rendered per job by hand, not by
+        # psycopg's client-side binding (a third of the take's CPU); both are plain ASCII.
+        self._take_head = self._begin + b"; EXECUTE " + take_name + b"("
+        self._take_mid = b", " + sql.Literal(worker).as_bytes(None) + b", '"
+        self._take_tail = b"'); " + self._savepoint
         self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._misses = 0
 
@@ -98,20 +101,19 @@ class ClaimStatement:
 
     async def take(self, conn: Conn, row: Row) -> bool:
         """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours."""
-        # The token as ISO text: quoted into the EXECUTE line faster than a datetime.
-        params: dict[str, Any] = {"id": int(row[0]), "worker": self._worker,
-                                  "until": row[PICKED].isoformat()}
+        job_id, until = int(row[0]), row[PICKED]
         while self._misses < MISSES:
             query = await self._query(conn)
             try:
-                await query.execute(self._execute_take, params)
+                await query.execute(b"".join((self._take_head, str(job_id).encode(), self._take_mid,
+                                              until.isoformat().encode(), self._take_tail)))
             except errors.InvalidSqlStatementName:
                 await conn.rollback()
                 self._missing(conn)
                 continue
             query.nextset()
             return query.rowcount == 1
-        params["until"] = row[PICKED]
+        params = {"id": job_id, "worker": self._worker, "until": until}
         await conn.execute(self._begin)
         taken = await conn.execute(self._take, params)
         await conn.execute(self._savepoint)
