@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -65,10 +65,13 @@ class Sampler:
     """Samples consumers, server processes and the host until stopped (a daemon thread)."""
 
     def __init__(self, find_server: Callable[[], Sequence[int]], interval: float = 0.02,
-                 rediscover: float = 0.25) -> None:
+                 rediscover: float = 0.25,
+                 find_waits: Callable[[], Mapping[str, int] | None] | None = None) -> None:
         self.consumers = Series()
         self.server = Series()
         self.host = Series()
+        self.waits = Waits()
+        self._find_waits = find_waits
         self._pids: list[int] = []
         self._server_pids: list[int] = []
         self._find_server = find_server
@@ -98,6 +101,17 @@ class Sampler:
         self.consumers.add(now, _read(self._pids))
         self.server.add(now, _read(self._server_pids))
         self.host.add(now, {0: host_busy()})
+        if self._find_waits is not None:
+            try:
+                waits = self._find_waits()
+            except Exception as exc:  # a monitor query failing must not end the case
+                self.errors.append(f"server wait lookup failed: {exc}")
+                self._find_waits = None
+            else:
+                if waits is None:
+                    self._find_waits = None  # this server cannot say
+                else:
+                    self.waits.add(now, waits)
 
     def _loop(self) -> None:
         next_lookup = 0.0
@@ -111,6 +125,30 @@ class Sampler:
                 next_lookup = time.monotonic() + self._rediscover
             self._sample()
             self._stop.wait(self._interval)
+
+
+@dataclass
+class Waits:
+    """Snapshots of what the server processes were doing (by wait class) over time."""
+
+    times: list[float] = field(default_factory=list)
+    counts: list[Mapping[str, int]] = field(default_factory=list)
+
+    def add(self, at: float, counts: Mapping[str, int]) -> None:
+        """One snapshot: how many processes were in each class at ``at``."""
+        self.times.append(at)
+        self.counts.append(counts)
+
+    def mean(self, start: float, end: float) -> dict[str, float] | None:
+        """Processes in each class on average over the snapshots in [start, end]; None if none."""
+        lo, hi = bisect_left(self.times, start), bisect_right(self.times, end)
+        if hi <= lo:
+            return None
+        total: dict[str, float] = {}
+        for counts in self.counts[lo:hi]:
+            for name, n in counts.items():
+                total[name] = total.get(name, 0.0) + n
+        return {name: round(n / (hi - lo), 2) for name, n in sorted(total.items())}
 
 
 def _read(pids: Sequence[int]) -> dict[int, float]:

@@ -118,7 +118,7 @@ class CaseRun:
         self.target, self.case, self.space, self.dir = target, case, space, work_dir
         self.records = work_dir / "records"
         self.records.mkdir(parents=True, exist_ok=True)
-        self.sampler = Sampler(space.server_pids)
+        self.sampler = Sampler(space.server_pids, find_waits=space.server_waits)
         self.consumers: list[Proc] = []
         self.producer: Proc | None = None
         self.killed: int | None = None
@@ -273,6 +273,8 @@ def evaluate(run: CaseRun, out: Outcomes) -> dict[str, Any]:
             "consumer_cores": round(consumers_cpu / span, 2) if span else None,
             "server_cores": round(server_cpu / span, 2) if span else None,
             "host_cores": round(host_cpu / span, 2) if span else None,
+            # Server processes by what they were doing, on average over the window (Postgres).
+            "server_waits": sampler.waits.mean(out.first, out.last),
         },
         "exit_codes": [p.code for p in run.consumers],
         "reported": run.reported(),

@@ -75,6 +75,21 @@ def scaling_lines(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def server_wait_lines(rows: Sequence[Row]) -> list[str]:
+    """What the Postgres backends were doing during the one-process drains, on average."""
+    out = []
+    for r in rows:
+        waits = r["cpu"].get("server_waits")
+        if r["scenario"] == "drain" and r["consumers"] == 1 and waits:
+            shown = ", ".join(f"{name} {waits[k]:.2f}" for k, name in WAIT_NAMES.items() if k in waits)
+            out.append(f"- {r['target']}: {shown}")
+    return out
+
+
+WAIT_NAMES = {"cpu": "running", "wal": "waiting on WAL flushes", "lock": "on locks",
+              "io": "on other I/O", "client": "on their client", "other": "other"}
+
+
 def settings_table(targets: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Each target's description and effective settings."""
     out = ["| target | what | settings |", "|---|---|---|"]
@@ -127,6 +142,13 @@ def render(results: Mapping[str, Any]) -> str:
     scaling = scaling_lines(rows)
     if scaling:
         parts += ["## Scaling with consumer processes (drain)", "", *scaling, ""]
+    waits = server_wait_lines(rows)
+    if waits:
+        parts += ["## Where the Postgres backends' time went (drain, 1 process)", "",
+                  "Backends of the run by what they were doing, on average over the completion "
+                  "window (pg_stat_activity, sampled every 20 ms): a commit that waits for its "
+                  "WAL flush, a row or buffer lock, or the next message of its client, the "
+                  "round trip.", "", *waits, ""]
     parts += ["## Targets and settings", "", *settings_table(targets), "",
               "Scenarios: " + "; ".join(f"**{k}**: {v}" for k, v in results["scenarios"].items()), "",
               "## Environment", "", *environment_lines(results["environment"]), ""]

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[str], size: Size,
              env: dict[str, Any], argv: list[str] | None, elapsed: float) -> dict[str, Any]:
     """The results.json document."""
-    settings = {}
+    settings: dict[str, Any] = {}
     for run in runs:  # the settings each target ran with (from its first drain-like case)
         settings.setdefault(run["target"], run.get("settings", {}))
     command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)

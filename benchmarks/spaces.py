@@ -55,6 +55,11 @@ class Space(Protocol):
     def server_pids(self) -> list[int]:
         """The server processes doing this case's work right now (for CPU accounting)."""
 
+    def server_waits(self) -> dict[str, int] | None:
+        """How many of those processes are, right now, on CPU or waiting, by what they wait
+        for (``cpu``, ``wal``, ``lock``, ``io``, ``client``, ``other``); None where the server
+        cannot say."""
+
 
 def base_env(servers: Servers) -> dict[str, str]:
     """The parent environment without JOBQ_* settings, plus the servers and our import path."""
@@ -72,6 +77,22 @@ def jobq_init(space: Space) -> None:
                           capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise RuntimeError(f"jobq init failed ({done.returncode}): {done.stderr.strip()}")
+
+
+# What each backend of a case is doing, by class: "cpu" (running a statement, not waiting),
+# "wal" (a commit waiting for the WAL to reach the disk: flushing it, or waiting for the
+# backend that does), "lock" (a row or other heavyweight lock, or an LWLock: buffers, the WAL
+# insert position), "io" (other disk reads and writes), "client" (waiting for its client: idle
+# between round trips, or reading the next message), "other".
+WAITS = """
+SELECT CASE WHEN state = 'active' AND wait_event_type IS NULL THEN 'cpu'
+            WHEN wait_event IN ('WALWrite', 'WALSync') THEN 'wal'
+            WHEN wait_event_type IN ('Lock', 'LWLock') THEN 'lock'
+            WHEN wait_event_type = 'IO' THEN 'io'
+            WHEN wait_event_type = 'Client' OR state LIKE 'idle%%' THEN 'client'
+            ELSE 'other' END, count(*)
+  FROM pg_stat_activity WHERE application_name = %s GROUP BY 1
+"""
 
 
 @dataclass
@@ -112,6 +133,14 @@ class PostgresSpace:
         rows = self._conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                                   (self.app,)).fetchall()
         return [int(row[0]) for row in rows]  # type: ignore[call-overload]
+
+    def server_waits(self) -> dict[str, int] | None:
+        """Backends of this case by wait class, from pg_stat_activity (see WAIT_CLASSES)."""
+        if self._conn is None:
+            self.server_pids()
+        assert self._conn is not None
+        rows = self._conn.execute(WAITS, (self.app,)).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}  # type: ignore[call-overload]
 
 
 def beam_pids() -> list[int]:
@@ -170,3 +199,7 @@ class RabbitSpace:
     def server_pids(self) -> list[int]:
         """The broker node (its CPU includes other users' traffic on a shared broker)."""
         return beam_pids()
+
+    def server_waits(self) -> dict[str, int] | None:
+        """The broker does not say what its processes wait for."""
+        return None

@@ -62,7 +62,8 @@ def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Ro
         "lost": sum(r["lost"] for r in measured) if measured else None,
         "duplicates": sum(r["duplicates"] for r in group),
         "dead": round(median(r["dead"] for r in group)),
-        "cpu": {k: _median_or_none(r["cpu"].get(k) for r in group) for k in cpu_keys},
+        "cpu": {**{k: _median_or_none(r["cpu"].get(k) for r in group) for k in cpu_keys},
+                "server_waits": _median_waits(r["cpu"].get("server_waits") for r in group)},
         "status": "failed" if any(r["status"] != "ok" for r in all_runs) else "ok",
         "problems": sorted({p for r in all_runs for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
@@ -73,6 +74,16 @@ def _median_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The repeat whose p99 is the median one (its CDF is the one drawn)."""
     ranked = sorted(group, key=lambda r: r["latency_ms"].get("p99", 0.0))
     return ranked[(len(ranked) - 1) // 2]
+
+
+def _median_waits(runs: Any) -> dict[str, float] | None:
+    """Per wait class, the median over the repeats that have one (a class absent in a
+    repeat counts as 0 there)."""
+    known = [w for w in runs if w]
+    if not known:
+        return None
+    names = sorted({name for w in known for name in w})
+    return {name: round(median(w.get(name, 0.0) for w in known), 2) for name in names}
 
 
 def _median_or_none(values: Any) -> float | None:
@@ -110,4 +121,18 @@ def saturation(row: Mapping[str, Any], cores: int | None = None) -> str:
         return f"consumer CPU ({where})"
     if server >= 0.85:
         return f"server CPU ({where})"
-    return f"round trips / locks, no CPU saturated ({where})"
+    waits = cpu.get("server_waits")
+    if not waits:
+        return f"round trips / locks, no CPU saturated ({where})"
+    # The server's processes, on average: waiting on WAL flushes, locks or I/O for a quarter
+    # of a process or more is a limit of its own; less, and what is left is the wait between
+    # round trips.
+    blocked = {"WAL flushes": waits.get("wal", 0.0), "locks": waits.get("lock", 0.0),
+               "I/O": waits.get("io", 0.0)}
+    worst = max(blocked, key=lambda k: blocked[k])
+    said = (f"server processes on average: {waits.get('cpu', 0.0):.2f} running, "
+            f"{blocked['WAL flushes']:.2f} waiting on WAL flushes, {blocked['locks']:.2f} on "
+            f"locks, {blocked['I/O']:.2f} on other I/O, {waits.get('client', 0.0):.2f} on their client")
+    if blocked[worst] >= 0.25:
+        return f"server {worst}, no CPU saturated ({where}; {said})"
+    return f"round trips, no CPU saturated and few waits in the server ({where}; {said})"

@@ -15,7 +15,8 @@ import psycopg
 
 from benchmarks.spaces import ROOT, Servers
 
-PG_SETTINGS = ("synchronous_commit", "fsync", "shared_buffers", "max_connections", "wal_level")
+PG_SETTINGS = ("synchronous_commit", "fsync", "shared_buffers", "max_connections", "wal_level",
+               "autovacuum")
 
 
 def cpu_model() -> str:

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from benchmarks.spaces import PostgresSpace, Servers
 from benchmarks.targets import TARGETS
 from tests.conftest import ROOT, cli_env
 
@@ -37,3 +39,15 @@ def test_quick_benchmark_writes_results_report_and_charts_for_every_target(
     assert all(f"| {name} |" in report for name in TARGETS)
     assert "synchronous_commit" in report
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"  # latency charts: unit test
+
+
+def test_a_postgres_space_says_what_its_backends_wait_for(pg_dsn: str) -> None:
+    space = PostgresSpace(Servers(pg_dsn=pg_dsn))
+    try:
+        assert space.server_waits() == {}  # none of this case's processes is connected yet
+        with psycopg.connect(pg_dsn, application_name=space.app, autocommit=True) as conn:
+            conn.execute("SELECT 1")  # then idle: it waits for its client
+            assert space.server_waits() == {"client": 1}
+            assert len(space.server_pids()) == 1
+    finally:
+        space.drop()

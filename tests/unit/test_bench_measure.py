@@ -69,3 +69,35 @@ def test_ratios_medians_and_charts_from_a_summary(tmp_path: Path) -> None:
     assert rows[("latency", "postgres-lease")]["p99_vs_baseline"] == 0.5
     written = {p.name for p in draw_all(list(rows.values()), tmp_path)}
     assert written == {"throughput.png", "latency.png", "latency_cdf.png"}
+
+
+def test_server_waits_are_averaged_over_the_window_and_name_the_limit() -> None:
+    from benchmarks.cpu import Waits
+    from benchmarks.summary import saturation
+
+    waits = Waits()
+    for at, counts in ((1.0, {"cpu": 2}), (2.0, {"cpu": 1, "lock": 1}), (3.0, {"lock": 2}),
+                       (9.0, {"client": 5})):
+        waits.add(at, counts)
+    assert waits.mean(1.5, 3.5) == {"cpu": 0.5, "lock": 1.5}
+    assert waits.mean(4.0, 8.0) is None  # no snapshot inside the window
+
+    def row(server_waits: dict[str, float] | None) -> dict[str, object]:
+        return {"consumers": 2, "cpu": {"consumer_cores": 0.6, "server_cores": 0.7, "host_cores": 1.4,
+                                        "server_waits": server_waits}}
+
+    assert saturation(row(None), cores=2).startswith("round trips / locks, no CPU saturated")
+    assert saturation(row({"cpu": 0.7, "lock": 0.6, "client": 3.0}), cores=2).startswith(
+        "server locks, no CPU saturated")
+    assert saturation(row({"cpu": 0.3, "wal": 1.2, "lock": 0.3}), cores=2).startswith(
+        "server WAL flushes, no CPU saturated")
+    few = saturation(row({"cpu": 0.7, "lock": 0.1, "io": 0.05, "client": 3.0}), cores=2)
+    assert few.startswith("round trips, no CPU saturated") and "0.10 on locks" in few
+    assert saturation({**row(None), "cpu": {"consumer_cores": 0.6, "server_cores": 0.7,
+                                            "host_cores": 1.9}}, cores=2).startswith("machine CPU")
+    from benchmarks.report import server_wait_lines
+
+    drain = {"scenario": "drain", "consumers": 1, "target": "postgres-transaction",
+             "cpu": {"server_waits": {"client": 2.0, "cpu": 0.5, "wal": 1.0}}}
+    assert server_wait_lines([drain, {**drain, "consumers": 2}]) == [
+        "- postgres-transaction: running 0.50, waiting on WAL flushes 1.00, on their client 2.00"]
