@@ -82,4 +82,6 @@ def test_a_sweep_moves_past_every_job_handed_out() -> None:
 
 def test_a_sweep_without_an_end_leaves_the_due_check_to_the_server() -> None:
     sweep = Sweep(until=None, now=0.0)
-    assert sweep.params("q")["until"] is None and sweep.literals("q")["until"] is None
+    assert sweep.params("q")["until"] is None and sweep.until_literal() == b"NULL"
+    ended = Sweep(until=datetime(2026, 1, 1, tzinfo=UTC), now=0.0)
+    assert ended.until_literal() == b"'2026-01-01T00:00:00+00:00'"
