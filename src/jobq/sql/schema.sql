@@ -68,7 +68,10 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {attempts} (
 -- running jobs, a few per worker), and those updates become HOT: measured on a 30,000-job
 -- transaction-mode drain, 27,000 of the 30,000 picks. The fillfactor leaves each new page a
 -- tenth free for them (pages already written keep theirs). Upgrading an existing table builds
--- the new index in one scan of it, during which enqueues and claims wait.
-DROP INDEX IF EXISTS {running_idx};
+-- the new index first, in one scan that lets reads through but holds writes (enqueues, claims,
+-- acks) until the migration commits. Dropping the old index then needs the table to itself:
+-- it waits for every open transaction on it, and a running transaction-mode job is one, so
+-- upgrade with transaction-mode consumers stopped (docs/claim-modes.md says so too).
 CREATE INDEX IF NOT EXISTS jobs_running_queue_idx ON {jobs} (queue) WHERE status = 'running';
+DROP INDEX IF EXISTS {running_idx};
 ALTER TABLE {jobs} SET (fillfactor = 90);

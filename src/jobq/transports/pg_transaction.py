@@ -211,16 +211,14 @@ class PgTransactionTransport:
 
     @contextlib.asynccontextmanager
     async def _settling(self, claim: Claim, what: str) -> AsyncIterator[None]:
-        """Driver errors translated; the worker's slot freed first, the connection given back after."""
-        # The slot is free from now on: the next pick runs while this settle's round trip
-        # does, on the pool's spare connection, instead of after it.
-        self._delivered -= 1
-        self._wake.set()  # a receive waiting for a free worker slot may go on
+        """Driver errors translated; the connection given back and the worker's slot freed after."""
         try:
             with translated(f"postgres {what}"):
                 yield
         finally:
+            self._delivered -= 1
             await self._give_back(claim.conn)
+            self._wake.set()  # a receive waiting for a free worker slot may go on
 
     def _notify(self) -> None:
         """A NOTIFY for the queue (or the LISTEN connection is back): new jobs may be due."""
