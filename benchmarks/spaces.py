@@ -125,21 +125,22 @@ class PostgresSpace:
         with psycopg.connect(self.servers.pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
-    def server_pids(self) -> list[int]:
-        """Backends serving this case's processes (they all connect with PGAPPNAME = app)."""
+    def _monitor(self) -> psycopg.Connection[tuple[object, ...]]:
+        """The connection that watches this case's backends (opened on first use)."""
         if self._conn is None:
             self._conn = psycopg.connect(self.servers.pg_dsn, autocommit=True,
                                          application_name="jobq-bench-monitor")
-        rows = self._conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                  (self.app,)).fetchall()
+        return self._conn
+
+    def server_pids(self) -> list[int]:
+        """Backends serving this case's processes (they all connect with PGAPPNAME = app)."""
+        rows = self._monitor().execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.app,)).fetchall()
         return [int(row[0]) for row in rows]  # type: ignore[call-overload]
 
     def server_waits(self) -> dict[str, int] | None:
-        """Backends of this case by wait class, from pg_stat_activity (see WAIT_CLASSES)."""
-        if self._conn is None:
-            self.server_pids()
-        assert self._conn is not None
-        rows = self._conn.execute(WAITS, (self.app,)).fetchall()
+        """Backends of this case by wait class, from pg_stat_activity (see WAITS)."""
+        rows = self._monitor().execute(WAITS, (self.app,)).fetchall()
         return {str(row[0]): int(row[1]) for row in rows}  # type: ignore[call-overload]
 
 
