@@ -180,7 +180,7 @@ class RabbitSpace:
     def drop(self) -> None:
         """Delete the queues and the DLX exchange ``jobq init`` declared for this queue."""
         from jobq.config import load_settings
-        from jobq.transports.rmq_topology import Topology
+        from jobq.transports.rabbitmq.topology import Topology
 
         topology = Topology.configured(load_settings(self.config, env=self.env).rabbitmq, self.queue)
 

@@ -158,7 +158,7 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
     """``jobq init|stats|dead``."""
     if args.command == "init" and args.print_sql:
-        from jobq.transports.pg_admin import render_migrations
+        from jobq.transports.postgres.admin import render_migrations
 
         if settings.transport != "postgres":
             raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "

@@ -24,7 +24,7 @@ from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 
 if TYPE_CHECKING:
-    from jobq.transports.rmq_connect import RabbitLink
+    from jobq.transports.rabbitmq.connect import RabbitLink
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
 
@@ -72,7 +72,7 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
     It starts with at most LEASE_POOL connections (a producer or `jobq` needs no more); a
     transaction-mode consumer opens the rest when it starts.
     """
-    from jobq.transports.pg_connect import open_pool
+    from jobq.transports.postgres.connect import open_pool
 
     size = pg_pool_size(settings)
     pool = await open_pool(settings.postgres.dsn, settings.connect, size, logger,
@@ -91,7 +91,7 @@ def rmq_prefetch(settings: Settings) -> int:
 
 async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
     """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
-    from jobq.transports.rmq_connect import RabbitLink
+    from jobq.transports.rabbitmq.connect import RabbitLink
 
     link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
                       logger=logger)
@@ -123,19 +123,19 @@ class Container(containers.DeclarativeContainer):
         postgres=providers.Selector(
             cfg.postgres.claim,
             lease=providers.Singleton(
-                lazy("jobq.transports.postgres:PostgresTransport"),
+                lazy("jobq.transports.postgres.lease:PostgresTransport"),
                 pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
             transaction=providers.Singleton(
-                lazy("jobq.transports.pg_transaction:PgTransactionTransport"),
+                lazy("jobq.transports.postgres.transaction:PgTransactionTransport"),
                 pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
                 concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
             ),
         ),
         rabbitmq=providers.Singleton(
-            lazy("jobq.transports.rabbitmq:RabbitTransport"),
+            lazy("jobq.transports.rabbitmq.consumer:RabbitTransport"),
             link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
             logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
@@ -144,21 +144,21 @@ class Container(containers.DeclarativeContainer):
     publisher = providers.Selector(
         cfg.transport,
         postgres=providers.Singleton(
-            lazy("jobq.transports.pg_publisher:PostgresPublisher"),
+            lazy("jobq.transports.postgres.publisher:PostgresPublisher"),
             pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
         rabbitmq=providers.Singleton(
-            lazy("jobq.transports.rmq_publisher:RabbitPublisher"),
+            lazy("jobq.transports.rabbitmq.publisher:RabbitPublisher"),
             link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
     )
     admin = providers.Selector(
         cfg.transport,
-        postgres=providers.Singleton(lazy("jobq.transports.pg_admin:PostgresAdmin"),
+        postgres=providers.Singleton(lazy("jobq.transports.postgres.admin:PostgresAdmin"),
                                      pool=pg_pool, settings=cfg.postgres, queue=cfg.queue),
-        rabbitmq=providers.Singleton(lazy("jobq.transports.rmq_admin:RabbitAdmin"),
+        rabbitmq=providers.Singleton(lazy("jobq.transports.rabbitmq.admin:RabbitAdmin"),
                                      link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
                                      max_pending=cfg.limits.max_pending),
     )

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from jobq.sql import Queries
-from jobq.transports.pg_claim import GRACE, ClaimStatement, Sweep
+from jobq.transports.postgres.claims import GRACE, ClaimStatement, Sweep
+from jobq.transports.postgres.sql import Queries
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.integration.test_postgres import produce, status_counts
 from tests.processors import completions

@@ -14,8 +14,8 @@ from psycopg import sql
 
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.sql import migrations
 from jobq.transport import NewJob
+from jobq.transports.postgres.sql import migrations
 from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.integration.test_postgres import RECORD, produce, status_counts
 from tests.processors import completions

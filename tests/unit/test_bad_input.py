@@ -10,8 +10,8 @@ from jobq.config import LimitsConfig
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
-from jobq.transports.pg_decode import row_to_delivery
-from jobq.transports.pg_publisher import encode
+from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.publisher import encode
 
 SMALL = LimitsConfig(max_payload=100, max_headers=50)
 OK = (1, "k", "{}", "{}", 1, 5, None)

@@ -9,7 +9,7 @@ import pytest
 
 from jobq.config import ConnectConfig
 from jobq.errors import ConnectionLost
-from jobq.transports import pg_connect
+from jobq.transports.postgres import connect as pg_connect
 
 DSNS = ["postgresql://jobq:s3cret@127.0.0.1:1/app",
         "host=127.0.0.1 port=1 user=jobq password=s3cret dbname=app connect_timeout=1"]

@@ -19,7 +19,7 @@ from jobq.config import LimitsConfig
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.limits import decode_object, encode_new_job
 from jobq.transport import NewJob
-from jobq.transports.pg_decode import row_to_delivery
+from jobq.transports.postgres.decode import row_to_delivery
 
 scalars = (st.none() | st.booleans() | st.integers()
            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))

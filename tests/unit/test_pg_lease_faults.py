@@ -15,7 +15,7 @@ import pytest
 from jobq.config import ConnectConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery, Job
-from jobq.transports.postgres import PostgresTransport
+from jobq.transports.postgres.lease import PostgresTransport
 
 
 class FakeServer:

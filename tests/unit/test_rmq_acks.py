@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobq.transports.rmq_acks import AckTracker
+from jobq.transports.rabbitmq.acks import AckTracker
 
 
 def test_in_order_completions_are_one_multiple_ack() -> None:

@@ -10,7 +10,7 @@ from pamqp.commands import Basic
 
 from jobq.errors import MalformedJob
 from jobq.transport import NewJob
-from jobq.transports.rmq_codec import decode, encode, republish
+from jobq.transports.rabbitmq.codec import decode, encode, republish
 
 
 def props(message_id: str | None = "7", kind: str | None = "email", **headers: Any

@@ -17,7 +17,7 @@ from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
 from jobq.transport import NewJob
-from jobq.transports.rmq_codec import ATTEMPT, DELIVERY_COUNT, MAX_ATTEMPTS, decode, encode
+from jobq.transports.rabbitmq.codec import ATTEMPT, DELIVERY_COUNT, MAX_ATTEMPTS, decode, encode
 from tests.unit.test_pg_decode_properties import headers as text_headers
 from tests.unit.test_pg_decode_properties import json_objects, kinds
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiormq
 
 from jobq.config import RabbitConfig
-from jobq.transports.rmq_topology import Topology, explain_conflict
+from jobq.transports.rabbitmq.topology import Topology, explain_conflict
 
 
 def test_max_pending_bounds_the_work_queue() -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError
-from jobq.transports.rmq_connect import server_address
-from jobq.transports.rmq_topology import Topology, explain_conflict
+from jobq.transports.rabbitmq.connect import server_address
+from jobq.transports.rabbitmq.topology import Topology, explain_conflict
 
 
 def topology(**kw: object) -> Topology:

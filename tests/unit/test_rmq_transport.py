@@ -7,9 +7,9 @@ from typing import Any
 
 from jobq.config import ConnectConfig, RabbitConfig
 from jobq.job import Delivery, Job
-from jobq.transports.rabbitmq import RabbitTransport
-from jobq.transports.rmq_connect import RabbitLink
-from jobq.transports.rmq_session import Handle
+from jobq.transports.rabbitmq.connect import RabbitLink
+from jobq.transports.rabbitmq.consumer import RabbitTransport
+from jobq.transports.rabbitmq.session import Handle
 
 
 class DeadSession:

@@ -11,10 +11,10 @@ from dependency_injector import providers
 
 from jobq.config import Settings, load_settings
 from jobq.container import Container, pg_pool_size, pool_buffer
-from jobq.sql import Queries
-from jobq.transports.pg_claim import FIRST, ClaimStatement, Sweep
-from jobq.transports.pg_transaction import PgTransactionTransport
-from jobq.transports.postgres import PostgresTransport
+from jobq.transports.postgres.claims import FIRST, ClaimStatement, Sweep
+from jobq.transports.postgres.lease import PostgresTransport
+from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.transaction import PgTransactionTransport
 
 
 def settings(**overrides: Any) -> Settings:

@@ -28,13 +28,12 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
-from jobq.sql import Queries
-from jobq.transports.pg_admin import require_schema
-from jobq.transports.pg_claim import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
-from jobq.transports.pg_connect import translated
-from jobq.transports.pg_decode import row_to_delivery
-from jobq.transports.pg_listen import listen
-from jobq.transports.postgres import consumer_id
+from jobq.transports.postgres.admin import require_schema
+from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.postgres.connect import consumer_id, translated
+from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.listen import listen
+from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)

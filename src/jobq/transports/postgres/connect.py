@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import socket
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -16,6 +19,10 @@ from jobq.config import ConnectConfig, redact
 from jobq.errors import ConnectionLost, TransportError
 from jobq.retry import RetryPolicy
 
+
+def consumer_id() -> str:
+    """A name for this consumer in ``locked_by``: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 def server_address(dsn: str) -> str:
     """``host:port`` of a DSN, for messages (never the password)."""

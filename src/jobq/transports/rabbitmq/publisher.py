@@ -24,9 +24,9 @@ from pamqp.commands import Basic
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConnectionLost, QueueFull, TransportError
 from jobq.transport import NewJob
-from jobq.transports.rmq_codec import encode_raw, new_job_id
-from jobq.transports.rmq_connect import RabbitLink, describe_amqp, translated
-from jobq.transports.rmq_topology import Topology
+from jobq.transports.rabbitmq.codec import encode_raw, new_job_id
+from jobq.transports.rabbitmq.connect import RabbitLink, describe_amqp, translated
+from jobq.transports.rabbitmq.topology import Topology
 
 WINDOW = 2000  # publishes awaiting their confirm at once
 

@@ -35,11 +35,11 @@ from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
-from jobq.transports.rmq_codec import ATTEMPT, republish
-from jobq.transports.rmq_codec import decode as decode_message
-from jobq.transports.rmq_connect import RabbitLink, backoff_policy, translated
-from jobq.transports.rmq_session import Handle, Session
-from jobq.transports.rmq_topology import Topology
+from jobq.transports.rabbitmq.codec import ATTEMPT, republish
+from jobq.transports.rabbitmq.codec import decode as decode_message
+from jobq.transports.rabbitmq.connect import RabbitLink, backoff_policy, translated
+from jobq.transports.rabbitmq.session import Handle, Session
+from jobq.transports.rabbitmq.topology import Topology
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it

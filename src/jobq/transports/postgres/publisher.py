@@ -18,10 +18,10 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import LimitsConfig, PostgresConfig
 from jobq.errors import MalformedJob, QueueFull
 from jobq.limits import encode_new_job
-from jobq.sql import Queries
 from jobq.transport import NewJob
-from jobq.transports.pg_admin import require_schema
-from jobq.transports.pg_connect import translated
+from jobq.transports.postgres.admin import require_schema
+from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 CHUNK = 5000  # rows per INSERT: large enough to amortise the round trip, small enough to stream

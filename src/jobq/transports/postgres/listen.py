@@ -12,7 +12,7 @@ from psycopg import sql
 from jobq.config import ConnectConfig
 from jobq.errors import TransportError
 from jobq.retry import describe
-from jobq.transports.pg_connect import backoff_policy, connect_once
+from jobq.transports.postgres.connect import backoff_policy, connect_once
 
 
 async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: Callable[[], None],

@@ -13,8 +13,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.errors import ConfigError
-from jobq.sql import Migration, Queries, migrations
-from jobq.transports.pg_connect import translated
+from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.sql import Migration, Queries, migrations
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 

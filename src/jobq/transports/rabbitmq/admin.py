@@ -18,7 +18,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
-from jobq.transports.rmq_codec import (
+from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     ATTEMPTS_USED,
     DEAD_AT,
@@ -27,8 +27,8 @@ from jobq.transports.rmq_codec import (
     as_text,
     make_message,
 )
-from jobq.transports.rmq_connect import RabbitLink, translated
-from jobq.transports.rmq_topology import Topology
+from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.topology import Topology
 
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,19 +20,14 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery
 from jobq.retry import describe
-from jobq.sql import Queries
-from jobq.transports.pg_admin import check_schema, schema_params
-from jobq.transports.pg_connect import backoff_policy, translated
-from jobq.transports.pg_decode import row_to_delivery
-from jobq.transports.pg_listen import listen
+from jobq.transports.postgres.admin import check_schema, schema_params
+from jobq.transports.postgres.connect import backoff_policy, consumer_id, translated
+from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.listen import listen
+from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 NEEDS = {"jobs": "SELECT,UPDATE"}  # what a lease-mode consumer does to its tables (docs/security.md)
-
-
-def consumer_id() -> str:
-    """A name for this consumer in ``locked_by``: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class PostgresTransport:

@@ -111,10 +111,10 @@ UPDATE {jobs} AS j
  WHERE j.id = expired.id
 RETURNING j.id, j.status;
 
--- Transaction mode (transports/pg_transaction.py): each worker runs its job inside the
+-- Transaction mode (transports/postgres/transaction.py): each worker runs its job inside the
 -- transaction that locked the job's row; the job's own writes commit with its status.
 -- Per batch of free workers: one txn_pick. Per job: txn_begin, txn_take and txn_savepoint
--- (one round trip, see pg_claim.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT).
+-- (one round trip, see claims.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT).
 
 -- name: txn_pick
 -- Pick up to %(limit)s jobs for the free workers and count their starts, committed at once:

@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from jobq.sql import Queries
+from jobq.transports.postgres.sql import Queries
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]

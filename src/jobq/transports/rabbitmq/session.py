@@ -18,8 +18,8 @@ from aio_pika.abc import AbstractChannel, AbstractExchange
 from aiormq.abc import AbstractChannel as RawChannel
 from aiormq.abc import DeliveredMessage
 
-from jobq.transports.rmq_acks import AckTracker
-from jobq.transports.rmq_connect import LINK_ERRORS, describe_amqp
+from jobq.transports.rabbitmq.acks import AckTracker
+from jobq.transports.rabbitmq.connect import LINK_ERRORS, describe_amqp
 
 CANCEL_TIMEOUT = 5.0  # a broker that does not answer a basic.cancel is treated as lost
 _SEND_ERRORS: tuple[type[BaseException], ...] = (*LINK_ERRORS, aiormq.exceptions.AMQPError)
