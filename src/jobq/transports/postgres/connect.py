@@ -24,6 +24,7 @@ def consumer_id() -> str:
     """A name for this consumer in ``locked_by``: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
+
 def server_address(dsn: str) -> str:
     """``host:port`` of a DSN, for messages (never the password)."""
     try:
