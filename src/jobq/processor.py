@@ -1,96 +1,25 @@
-"""Processors: the user's handler, loaded from ``module:function``, and the built-ins."""
+"""Processors: the user's handler, loaded from ``module:function`` or a demo built-in's name."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import inspect
-import os
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from jobq.errors import ConfigError, PermanentError, Retry
+from jobq.demo_processors import BUILTINS
+from jobq.errors import ConfigError
 from jobq.job import Job
 
 
 class Processor(Protocol):
     """``async def handle(job) -> None``; a plain ``def`` is run in a worker thread."""
 
-    def __call__(self, job: Job) -> Awaitable[None] | None: ...
+    def __call__(self, job: Job, /) -> Awaitable[None] | None: ...
 
 
 Handler = Callable[[Job], Awaitable[None]]
-
-
-def noop() -> Processor:
-    """Does nothing: measures the queue, not the work."""
-
-    async def handle(job: Job) -> None:
-        return None
-
-    return handle
-
-
-def sleep(ms: float = 10.0, jitter: float = 0.0) -> Processor:
-    """Waits ``ms`` milliseconds (plus up to ``jitter`` ms at random): an I/O-bound job."""
-    rand = random.Random()
-
-    async def handle(job: Job) -> None:
-        await asyncio.sleep((ms + jitter * rand.random()) / 1000.0)
-
-    return handle
-
-
-def cpu(rounds: int = 1000) -> Processor:
-    """Hashes ``rounds`` times in a thread: a CPU-bound job."""
-
-    def handle(job: Job) -> None:
-        digest = job.id.encode()
-        for _ in range(rounds):
-            digest = hashlib.sha256(digest).digest()
-
-    return handle
-
-
-def flaky(rate: float = 0.1, delay: float | None = None) -> Processor:
-    """Fails a fraction ``rate`` of attempts with a retryable error."""
-    rand = random.Random()
-
-    async def handle(job: Job) -> None:
-        if rand.random() < rate:
-            raise Retry(delay=delay, reason=f"flaky: attempt {job.attempt} failed on purpose")
-
-    return handle
-
-
-def fail(message: str = "this job always fails") -> Processor:
-    """Always fails permanently: the job is dead-lettered at once."""
-
-    async def handle(job: Job) -> None:
-        raise PermanentError(message)
-
-    return handle
-
-
-def crash(exit_code: int = 137) -> Processor:
-    """Kills its own process at once (no cleanup), like a segfault or the OOM killer."""
-
-    def handle(job: Job) -> None:
-        os._exit(exit_code)
-
-    return handle
-
-
-BUILTINS: Mapping[str, Callable[..., Processor]] = {
-    "noop": noop,
-    "sleep": sleep,
-    "cpu": cpu,
-    "flaky": flaky,
-    "fail": fail,
-    "crash": crash,
-}
 
 
 def load_processor(spec: str, args: Mapping[str, Any] | None = None) -> Processor:
