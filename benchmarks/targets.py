@@ -104,9 +104,9 @@ def jobq_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
 
 
 def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
-    """``python -m benchmarks.raw_pg``: the bare psycopg batch-claim loop."""
+    """``python -m benchmarks.baselines.pg_batch``: the bare psycopg batch-claim loop."""
     assert isinstance(space, PostgresSpace)
-    argv = [sys.executable, "-m", "benchmarks.raw_pg", "--dsn", space.servers.pg_dsn,
+    argv = [sys.executable, "-m", "benchmarks.baselines.pg_batch", "--dsn", space.servers.pg_dsn,
             "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
             "--sleep-ms", str(launch.work.sleep_ms)]
     if launch.gate is not None:
@@ -115,9 +115,9 @@ def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
 
 
 def raw_pg_one_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
-    """``python -m benchmarks.raw_pg_one``: N connections, one job per transaction."""
+    """``python -m benchmarks.baselines.pg_one``: N connections, one job per transaction."""
     assert isinstance(space, PostgresSpace)
-    argv = [sys.executable, "-m", "benchmarks.raw_pg_one", "--dsn", space.servers.pg_dsn,
+    argv = [sys.executable, "-m", "benchmarks.baselines.pg_one", "--dsn", space.servers.pg_dsn,
             "--schema", space.schema, "--queue", space.queue, "--dir", str(launch.record_dir),
             "--sleep-ms", str(launch.work.sleep_ms), "--workers", str(launch.concurrency)]
     if launch.gate is not None:
@@ -126,9 +126,9 @@ def raw_pg_one_consumer(target: Target, space: Space, launch: Launch) -> list[st
 
 
 def raw_amqp_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
-    """``python -m benchmarks.raw_amqp``: the bare aio-pika consumer."""
+    """``python -m benchmarks.baselines.amqp``: the bare aio-pika consumer."""
     assert isinstance(space, RabbitSpace)
-    argv = [sys.executable, "-m", "benchmarks.raw_amqp", "--url", space.servers.amqp_url,
+    argv = [sys.executable, "-m", "benchmarks.baselines.amqp", "--url", space.servers.amqp_url,
             "--queue", space.queue, "--dir", str(launch.record_dir),
             "--sleep-ms", str(launch.work.sleep_ms)]
     if launch.gate is not None:

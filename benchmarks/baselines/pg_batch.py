@@ -79,7 +79,7 @@ def parser(description: str | None) -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    """``python -m benchmarks.raw_pg --dsn ... --schema ... --queue ... --dir ...``."""
+    """``python -m benchmarks.baselines.pg_batch --dsn ... --schema ... --queue ... --dir ...``."""
     p = parser(__doc__)
     p.add_argument("--batch", type=int, default=100)
     asyncio.run(consume(p.parse_args()))

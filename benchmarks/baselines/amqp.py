@@ -53,7 +53,7 @@ async def consume(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    """``python -m benchmarks.raw_amqp --url ... --queue ... --dir ...``."""
+    """``python -m benchmarks.baselines.amqp --url ... --queue ... --dir ...``."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
     p.add_argument("--queue", required=True)

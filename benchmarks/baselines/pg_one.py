@@ -17,8 +17,8 @@ import sys
 import psycopg
 from psycopg import sql
 
+from benchmarks.baselines.pg_batch import parser
 from benchmarks.processors import Gate, Recorder
-from benchmarks.raw_pg import parser
 
 NEXT = """
 SELECT id, payload FROM {jobs}
@@ -59,7 +59,7 @@ async def consume(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    """``python -m benchmarks.raw_pg_one --dsn ... --schema ... --queue ... --dir ...``."""
+    """``python -m benchmarks.baselines.pg_one --dsn ... --schema ... --queue ... --dir ...``."""
     p = parser(__doc__)
     p.add_argument("--workers", type=int, default=8)
     asyncio.run(consume(p.parse_args()))
