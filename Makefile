@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks faults
 	$(PY) -m mypy src
 
 # Two workers (every test has its own schema or queues), then alone what disturbs the servers
@@ -37,9 +37,9 @@ stack: $(STAMP)
 	$(PY) -m benchmarks.stack $(STACK_ARGS)
 
 # 50,000 jobs per transport under kill -9, a server restart and cut connections; see
-# benchmarks/chaos.py. CHAOS_ARGS="--jobs 5000" for a quick run.
+# faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.
 chaos: $(STAMP)
-	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
+	$(PY) -m faults $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

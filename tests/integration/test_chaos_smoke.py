@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 def test_chaos_smoke_postgres_lease_loses_nothing(pg_dsn: str, tmp_path: Path) -> None:
     report = tmp_path / "chaos"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.chaos", "--transports", "postgres-lease", "--jobs", "3000",
+        [sys.executable, "-m", "faults", "--transports", "postgres-lease", "--jobs", "3000",
          "--sleep-ms", "20", "--kill-every", "1.5", "--terminate-every", "1", "--lease", "2",
          "--no-restart", "--timeout", "60", "--report", str(report)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)

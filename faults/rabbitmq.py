@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import aio_pika
 
-from benchmarks.chaos_backends import (
+from faults.backend import (
     BIN,
     ROOT,
     FinalState,

@@ -1,128 +1,21 @@
-"""What the fault suite needs from each backend: set-up, enqueue, faults, and the final state.
-
-The runner (benchmarks/chaos.py) is the same for every transport; a backend knows how to start
-its consumers, how to restart its server, and how to read which jobs ended dead.
-"""
+"""The fault suite's Postgres backend: lease or transaction mode on a schema of its own."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
-import sys
-import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import psycopg
 from psycopg import conninfo, sql
 
-from jobq.api import connect_publisher
-from jobq.config import Settings, load_settings
-from jobq.transport import NewJob
+from faults.backend import BIN, ROOT, FinalState, Options, base_env, enqueue_numbered, record_args, wait_tcp
+from jobq.config import load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-AVAILABLE = ("postgres-lease", "postgres-transaction", "rabbitmq-quorum", "rabbitmq-classic")
 TXN_CONCURRENCY = 8  # transaction mode holds a connection per running job: 3 x (8 + 2) of 100
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-@dataclass(kw_only=True)
-class Options:
-    """How hard to shake one run (the CLI flags of benchmarks/chaos.py)."""
-
-    jobs: int = 50_000
-    consumers: int = 3
-    concurrency: int = 16
-    sleep_ms: float = 40.0
-    fail_rate: float = 0.01
-    kill_every: float = 3.0
-    terminate_every: float = 2.5
-    restart: bool = True
-    lease: float = 5.0
-    timeout: float = 600.0
-    keep: bool = False
-
-
-@dataclass
-class FinalState:
-    """Where every job of the run ended, read from the backend after the consumers stopped."""
-
-    done: set[str] = field(default_factory=set)
-    dead: dict[str, str] = field(default_factory=dict)  # id -> reason
-    unfinished: int = 0  # jobs neither done nor dead (still pending, running, queued)
-
-
-class Backend(Protocol):
-    """One transport under test."""
-
-    name: str
-
-    def setup(self) -> None: ...
-
-    def consumer_command(self, record_dir: Path, options: Options) -> tuple[list[str], dict[str, str]]: ...
-
-    async def enqueue(self, count: int) -> list[str]: ...
-
-    def remaining(self) -> int | None: ...
-
-    def restart_server(self) -> None: ...
-
-    def disrupt(self) -> int: ...
-
-    def final_state(self) -> FinalState: ...
-
-    def ensure_up(self) -> None: ...
-
-    def cleanup(self) -> None: ...
-
-
-def tcp_up(host: str, port: int) -> bool:
-    """True when something accepts connections on host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def wait_tcp(host: str, port: int, timeout: float) -> bool:
-    """Wait until host:port accepts connections."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tcp_up(host, port):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    """The environment of a consumer: no stray JOBQ_* settings, tests importable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def record_args(record_dir: Path, options: Options) -> list[str]:
-    """Consumer flags for the independent completion record (tests.processors:record)."""
-    return ["-p", "tests.processors:record", "-a", f"directory={record_dir}",
-            "-a", f"sleep_ms={options.sleep_ms}", "-a", f"fail_rate={options.fail_rate}",
-            "-n", str(options.concurrency), "--shutdown-timeout", "15", "--log-level", "warning"]
-
-
-async def enqueue_numbered(settings: Settings, count: int) -> list[str]:
-    """Enqueue jobs numbered 0..count-1 through the Python API; the ids it returned are the record."""
-    ids: list[str] = []
-    async with connect_publisher(settings) as publisher:
-        for start in range(0, count, 5000):
-            batch = [NewJob(kind="chaos", payload={"n": n}) for n in range(start, min(count, start + 5000))]
-            ids.extend(await publisher.enqueue_many(batch))
-    return ids
 
 
 class PostgresBackend:
@@ -235,16 +128,3 @@ class PostgresBackend:
         """Drop the run's schema."""
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
-
-
-def make_backend(name: str) -> Backend:
-    """The backend called ``name`` (postgres-lease, postgres-transaction, ...)."""
-    if name == "postgres-lease":
-        return PostgresBackend("lease")
-    if name == "postgres-transaction":
-        return PostgresBackend("transaction")
-    if name in ("rabbitmq-quorum", "rabbitmq-classic"):
-        from benchmarks.chaos_rabbit import RabbitBackend  # it builds on this module
-
-        return RabbitBackend(name.removeprefix("rabbitmq-"))
-    raise SystemExit(f"chaos: unknown transport {name!r}")

@@ -11,8 +11,8 @@ SIGTERM, and, from the record and the backend's final state: lost (accepted, nei
 recorded nor dead, or done without a record) must be 0, every job must be done or dead, and
 duplicates are counted. One summary line per transport; a JSON and a Markdown report.
 
-    python -m benchmarks.chaos                      # everything, 50,000 jobs per transport
-    python -m benchmarks.chaos --jobs 5000 --transports postgres-lease --no-restart
+    python -m faults                      # everything, 50,000 jobs per transport
+    python -m faults --jobs 5000 --transports postgres-lease --no-restart
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.chaos_backends import AVAILABLE, Backend, Options, make_backend
+from faults.backend import Backend, Options
+from faults.postgres import PostgresBackend
+from faults.rabbitmq import RabbitBackend
 from tests.processors import completions
 
 RESULTS = Path(__file__).resolve().parent / "results"
+AVAILABLE = ("postgres-lease", "postgres-transaction", "rabbitmq-quorum", "rabbitmq-classic")
 
 
 @dataclass
@@ -225,6 +228,15 @@ class Run:
             if not self.options.keep:
                 self.backend.cleanup()
         return self.summary
+
+
+def make_backend(name: str) -> Backend:
+    """The backend called ``name`` (postgres-lease, postgres-transaction, ...)."""
+    if name in ("postgres-lease", "postgres-transaction"):
+        return PostgresBackend(name.removeprefix("postgres-"))
+    if name in ("rabbitmq-quorum", "rabbitmq-classic"):
+        return RabbitBackend(name.removeprefix("rabbitmq-"))
+    raise SystemExit(f"chaos: unknown transport {name!r}")
 
 
 def write_report(summaries: list[Summary], options: Options, out: Path) -> None:
