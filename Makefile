@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks faults
+	$(PY) -m ruff check src tests benchmarks faults tools
 	$(PY) -m mypy src
 
 # Two workers (every test has its own schema or queues), then alone what disturbs the servers
@@ -34,7 +34,7 @@ demo: $(STAMP)
 
 STACK_ARGS ?=
 stack: $(STAMP)
-	$(PY) -m benchmarks.stack $(STACK_ARGS)
+	$(PY) -m tools.stack $(STACK_ARGS)
 
 # 50,000 jobs per transport under kill -9, a server restart and cut connections; see
 # faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.

@@ -287,9 +287,25 @@ def _interpolate(value: Any, env: Mapping[str, str], key: str, source: str) -> A
         return [_interpolate(v, env, key, source) for v in value]
     if not isinstance(value, str) or "${" not in value:
         return value
+    whole = ENV_RE.fullmatch(value)
+    result = interpolate(value, env, key=key, source=source)
+    # A value that is one ${...} takes the type its text spells: ${N:8} is an int.
+    return parse_scalar(result) if whole else result
+
+
+def interpolate(text: str, env: Mapping[str, str], *, key: str = "", source: str = "",
+                shell_defaults: bool = False) -> str:
+    """``text`` with each ``${VAR}`` and ``${VAR:default}`` replaced from ``env``.
+
+    With ``shell_defaults`` (the compose file's syntax, for tools/stack), ``${VAR:-default}``
+    means what it means to a shell: the default replaces an empty value too. Without it the
+    ``-`` is part of the default, as it always was in jobq's YAML (``${N:-1}`` is -1).
+    """
 
     def lookup(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
+        if shell_defaults and default is not None and default.startswith("-"):
+            return env.get(name) or default[1:]
         if name in env:
             return env[name]
         if default is None:
@@ -297,10 +313,7 @@ def _interpolate(value: Any, env: Mapping[str, str], key: str, source: str) -> A
                               key=key, source=source)
         return default
 
-    whole = ENV_RE.fullmatch(value)
-    result = ENV_RE.sub(lookup, value)
-    # A value that is one ${...} takes the type its text spells: ${N:8} is an int.
-    return parse_scalar(result) if whole else result
+    return ENV_RE.sub(lookup, text)
 
 
 def parse_scalar(text: str) -> Any:

@@ -1,4 +1,4 @@
-"""`make stack` (benchmarks/stack.py): the compose stack's commands run natively on the local
+"""`make stack` (tools/stack/): the compose stack's commands run natively on the local
 servers, scraped by the real Prometheus with the stack's scrape config, and every Grafana
 dashboard query evaluated by it; the stack stops by itself or on Ctrl-C and removes what it
 created."""
@@ -19,9 +19,9 @@ from typing import Any
 import aio_pika
 import pytest
 
-from benchmarks.stack_cleanup import broker_names, drop_rabbit, owned
 from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, need_tool
 from tests.scrape import get, scrape, value, wait_for
+from tools.stack.cleanup import broker_names, drop_rabbit, owned
 
 pytestmark = pytest.mark.integration
 DASHBOARD = ROOT / "compose" / "grafana" / "dashboards" / "jobq.json"
@@ -31,12 +31,12 @@ TRANSPORTS = ("postgres", "rabbitmq")
 
 
 class StackRun:
-    """``python -m benchmarks.stack`` in the background, its output collected."""
+    """``python -m tools.stack`` in the background, its output collected."""
 
     def __init__(self, *args: str) -> None:
         env = cli_env()
         env.update({"JOBQ_PG_DSN": PG_DSN, "JOBQ_AMQP_URL": AMQP_URL})
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.stack", *args], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "tools.stack", *args], cwd=ROOT,
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
         self.lines: list[str] = []

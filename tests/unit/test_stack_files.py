@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmarks import composefile
 from jobq import Job, PermanentError, cli
 from jobq.config import Settings
 from jobq.job import Outcome
 from jobq.metrics import Metrics
 from jobq.processor import load_processor
 from tests.conftest import ROOT, need_tool
+from tools.stack import composefile
 
 COMPOSE_DIR = ROOT / "compose"
 SERVICES: dict[str, Any] = composefile.load()["services"]

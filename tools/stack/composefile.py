@@ -19,13 +19,13 @@ from typing import Any
 
 import yaml
 
-from jobq import cli
+from jobq import cli, config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
 PROMETHEUS = ROOT / "compose" / "prometheus" / "prometheus.yml"
 PROGRAMS = ("consumer", "producer", "jobq")
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_BARE = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")  # $VAR without braces: not read here
 _SEPARATORS = {"&": True, "&&": False, ";": False}  # separator -> runs in the background
 
 
@@ -49,23 +49,14 @@ def load(path: Path = COMPOSE) -> dict[str, Any]:
 
 
 def interpolate(text: str, env: Mapping[str, str]) -> str:
-    """Compose's variable substitution: ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``$$``."""
-
-    def sub(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1) or match.group(4)
-        op, default = match.group(2), match.group(3) or ""
-        value = env.get(name)
-        if op == ":-" and not value:
-            return default
-        if op == "-" and value is None:
-            return default
-        if op in (":?", "?") and not value:
-            raise KeyError(f"{name}: {default or 'required'}")
-        return value or ""
-
-    return _VAR.sub(sub, text)
+    """Compose's variable substitution as far as the stack's files use it: ``${VAR}``,
+    ``${VAR:-default}`` (jobq.config's interpolation, shell defaults) and ``$$`` for ``$``."""
+    parts = text.split("$$")
+    for part in parts:
+        if (bare := _BARE.search(part)) is not None:
+            raise ValueError(f"write {bare.group(0)} as ${{{bare.group(0)[1:]}}} in: {text}")
+    return "$".join(config.interpolate(part, env, key="environment", source=str(COMPOSE),
+                                       shell_defaults=True) for part in parts)
 
 
 def service_env(service: Mapping[str, Any], env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ the stack's scrape config pointed at those ports when it is installed. A fresh s
 and exchange keep it apart from anything else on the servers; they are removed at the end.
 Stops by itself after --seconds, or on Ctrl-C / SIGTERM.
 
-    python -m benchmarks.stack --transport postgres --seconds 60
+    python -m tools.stack --transport postgres --seconds 60
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks import composefile
-from benchmarks.stack_cleanup import drop_rabbit, drop_schema
+from tools.stack import composefile
+from tools.stack.cleanup import drop_rabbit, drop_schema
 
 BIN = Path(sys.executable).parent
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"

@@ -1,0 +1,1 @@
+"""Developer tools that are neither jobq nor its tests: ``tools.stack`` runs the compose stack natively."""
