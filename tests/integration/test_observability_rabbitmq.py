@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.stack_cleanup import drop_rabbit, owned
 from tests.conftest import ROOT, cli_env, need_tool, run_cli, start_cli
 from tests.scrape import Running, get, scrape, value, wait_for
+from tools.stack.cleanup import drop_rabbit, owned
 
 pytestmark = pytest.mark.integration
 STATES = ("ready", "dead", "retry")  # what RabbitAdmin.depth() counts (unacked: None over AMQP)

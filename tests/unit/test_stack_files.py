@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobq import Job, PermanentError, cli
+from jobq import Job, PermanentError, cli, config
 from jobq.config import Settings
 from jobq.job import Outcome
 from jobq.metrics import Metrics
@@ -102,6 +102,13 @@ def test_script_parsing() -> None:
     with pytest.raises(ValueError, match="unsupported"):
         composefile.split_script("producer -n 1 | tee log")
     assert composefile.interpolate("a${X:-d}b${Y}c$$", {"Y": "y"}) == "adbyc$"
+
+
+def test_compose_variables_are_read_by_jobqs_own_interpolation() -> None:
+    assert composefile.interpolate("${X:-d}", {"X": ""}) == "d"  # the shell's :- (empty too)
+    assert config.interpolate("${N:-1}", {}) == "-1"  # jobq's YAML: the '-' is the default's
+    with pytest.raises(ValueError, match=r"write \$HOME as \$\{HOME\}"):
+        composefile.interpolate("$HOME/x", {"HOME": "/h"})
 
 
 def host_path(volume: str) -> Path | None:
