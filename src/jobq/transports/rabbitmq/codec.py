@@ -52,31 +52,30 @@ def new_job_id() -> str:
     return str(secrets.randbits(63) or 1)
 
 
-def encode(job: NewJob, *, job_id: str, max_attempts: int,
-           limits: LimitsConfig | None = None) -> aio_pika.Message:
+# What jobq publishes: the body and properties, sent as they are with basic_publish on the aiormq
+# channel. An aio-pika Message would cost more per job than the rest of the encoding together.
+Outgoing = tuple[bytes, Basic.Properties]
+
+
+def properties(headers: dict[str, Any], *, message_id: str | None, kind: str | None,
+               timestamp: datetime | None, content_type: str | None = None) -> Basic.Properties:
+    """The AMQP properties of every message jobq publishes: persistent, JSON unless told otherwise."""
+    return Basic.Properties(content_type=content_type or CONTENT_TYPE, delivery_mode=PERSISTENT,
+                            headers=headers, message_id=message_id, timestamp=timestamp,
+                            message_type=kind)
+
+
+def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
+               limits: LimitsConfig | None = None) -> Outgoing:
     """The message for a new job; MalformedJob / JobTooLarge if it breaks the limits."""
-    body, props = encode_raw(job, job_id=job_id, max_attempts=max_attempts, limits=limits)
-    return make_message(body, headers=dict(props.headers or {}), message_id=job_id, kind=job.kind,
-                        timestamp=props.timestamp)
-
-
-def encode_raw(job: NewJob, *, job_id: str, max_attempts: int,
-               limits: LimitsConfig | None = None) -> tuple[bytes, Basic.Properties]:
-    """Body and AMQP properties of the message for a new job (what ``encode`` wraps).
-
-    The producer publishes these on the AMQP channel directly: an aio-pika Message costs
-    more than the rest of the encoding together, and the producer pays it per job.
-    """
-    encode_new_job(job, limits or _DEFAULT_LIMITS)  # the shared checks: kind, shape, sizes
-    body = json.dumps(job.payload, separators=(",", ":")).encode()
+    # The checked JSON text is the body: the payload is serialised once.
+    payload, _ = encode_new_job(job, limits or _DEFAULT_LIMITS, compact=True)
     headers: dict[str, Any] = {str(k): str(v) for k, v in job.headers.items()}
     now = datetime.now(UTC)
     headers[ATTEMPT] = 1
     headers[MAX_ATTEMPTS] = job.max_attempts or max_attempts
     headers[ENQUEUED_AT] = now.timestamp()
-    return body, Basic.Properties(content_type=CONTENT_TYPE, delivery_mode=PERSISTENT,
-                                  headers=headers, message_id=job_id, timestamp=now,
-                                  message_type=job.kind)
+    return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now)
 
 
 def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None, kind: str | None,
