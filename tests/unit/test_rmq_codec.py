@@ -83,9 +83,10 @@ def test_encode_refuses_what_cannot_be_a_message() -> None:
 
 def test_republish_drops_the_broker_headers_and_sets_jobq_ones() -> None:
     original = props(**{"x-delivery-count": 2, "x-death": [{"count": 1}], "trace": "t"})
-    copy = republish(b"{}", original, {"x-jobq-attempt": 4})
+    body, copy = republish(b"{}", original, {"x-jobq-attempt": 4})
     assert copy.headers == {"x-jobq-attempt": 4, "x-jobq-max-attempts": 4, "trace": "t"}
-    assert copy.message_id == "7" and copy.type == "email" and copy.delivery_mode == 2
+    assert copy.message_id == "7" and copy.message_type == "email" and copy.delivery_mode == 2
+    assert body == b"{}"
 
 
 def test_the_body_is_compact_and_the_payload_limit_is_the_one_postgres_applies() -> None:
@@ -98,3 +99,10 @@ def test_the_body_is_compact_and_the_payload_limit_is_the_one_postgres_applies()
         encode_job(NewJob(kind="k", payload={"pad": "x" * 90, "n": [1, 2]}), job_id="1",
                    max_attempts=1, limits=limits)
 
+
+def test_a_copy_carries_the_properties_a_new_job_has() -> None:
+    _, new = encode_job(NewJob(kind="email", payload={}), job_id="9", max_attempts=3)
+    _, copy = republish(b"{}", new, {"x-jobq-attempt": 2})
+    for name in ("content_type", "delivery_mode", "message_id", "message_type", "timestamp",
+                 "priority", "expiration"):
+        assert getattr(copy, name) == getattr(new, name), name

@@ -6,6 +6,8 @@ next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueue
 seconds, sub-second); the user's headers beside them.
 Crash redeliveries add to the attempt: ``x-delivery-count`` on quorum queues, the
 ``redelivered`` flag on classic ones (which tells "at least once more", no more).
+New jobs (``encode_job``) and the consumer's retry / dead-letter / release copies
+(``republish``) get their properties from one place (``properties``).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
 
 def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None, kind: str | None,
                  timestamp: datetime | None, content_type: str | None = None) -> aio_pika.Message:
-    """A persistent jobq message."""
+    """A persistent jobq message as an aio-pika Message (``jobq dead requeue`` publishes these)."""
     return aio_pika.Message(
         body, headers=headers, content_type=content_type or CONTENT_TYPE,
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT, message_id=message_id,
@@ -89,7 +91,7 @@ def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None
 
 
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
-              drop: tuple[str, ...] = ()) -> aio_pika.Message:
+              drop: tuple[str, ...] = ()) -> Outgoing:
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
     ``headers`` set.
 
@@ -107,8 +109,8 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
             del kept[k]
         kept["x-jobq-headers-dropped"] = f"{len(user)} headers, about {size:,} bytes: too large to forward"
     kept.update(headers)
-    return make_message(body, headers=kept, message_id=props.message_id, kind=props.message_type,
-                        timestamp=props.timestamp, content_type=props.content_type)
+    return body, properties(kept, message_id=props.message_id, kind=props.message_type,
+                            timestamp=props.timestamp, content_type=props.content_type)
 
 
 def _int(value: Any, default: int) -> int:
