@@ -20,6 +20,10 @@ MAX_KIND = 200  # characters; a kind is a routing key, not data
 # Decoding runs for every job received: the decoder's own decode() skips json.loads' argument
 # checks, and '{}' (most jobs' headers) needs no decoding at all.
 _DECODER = json.JSONDecoder()
+# Encoding runs for every job enqueued: reusing the encoders skips building one per call.
+# _SPACED writes what json.dumps writes by default, _COMPACT the same without the spaces.
+_SPACED = json.JSONEncoder(allow_nan=False)
+_COMPACT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def too_large(what: str, size: int, limit: int, key: str) -> str | None:
@@ -63,9 +67,11 @@ def headers_problem(headers: Mapping[Any, Any]) -> str | None:
     return None
 
 
-def encode_new_job(job: NewJob, limits: LimitsConfig) -> tuple[str, str]:
+def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) -> tuple[str, str]:
     """``job``'s payload and headers as JSON text, checked against ``limits``.
 
+    ``compact`` leaves out the spaces after separators (RabbitMQ sends that text as the body);
+    the limits apply to the spaced text either way, so a job fits on both backends or neither.
     Raises MalformedJob (bad kind, payload not a JSON object, headers not string to string,
     not serialisable) or JobTooLarge, each naming the problem.
     """
@@ -79,15 +85,22 @@ def encode_new_job(job: NewJob, limits: LimitsConfig) -> tuple[str, str]:
     problem = headers_problem(job.headers)
     if problem:
         raise MalformedJob(problem)
+    value = dict(job.payload)
     try:
-        payload = json.dumps(dict(job.payload), allow_nan=False)
-        headers = json.dumps({k: str(v) for k, v in job.headers.items()})
+        payload = (_COMPACT if compact else _SPACED).encode(value)
+        headers = json.dumps({k: str(v) for k, v in job.headers.items()}) if job.headers else "{}"
     except (TypeError, ValueError, RecursionError) as exc:
         raise MalformedJob(f"payload is not JSON-serialisable: {exc}") from exc
-    # json.dumps escapes non-ASCII, so len() is the byte size.
-    for what, text, limit, key in (("payload", payload, limits.max_payload, "limits.max_payload"),
-                                   ("headers", headers, limits.max_headers, "limits.max_headers")):
-        reason = too_large(what, len(text), limit, key)
+    # json.dumps escapes non-ASCII, so len() is the byte size. Compact text is one character
+    # shorter per separator outside strings: if it fits with every ',' and ':' counted as one,
+    # the spaced text fits too, and only a payload near the limit is serialised again to measure.
+    size = len(payload)
+    if compact and size + payload.count(",") + payload.count(":") > limits.max_payload:
+        size = len(_SPACED.encode(value))
+    for what, length, limit, key in (("payload", size, limits.max_payload, "limits.max_payload"),
+                                     ("headers", len(headers), limits.max_headers,
+                                      "limits.max_headers")):
+        reason = too_large(what, length, limit, key)
         if reason:
             raise JobTooLarge(reason)
     return payload, headers

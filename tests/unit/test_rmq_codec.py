@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pamqp.commands import Basic
 
-from jobq.errors import MalformedJob
+from jobq.config import LimitsConfig
+from jobq.errors import JobTooLarge, MalformedJob
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import decode, encode, republish
+from jobq.transports.rabbitmq.codec import decode, encode_job, republish
 
 
 def props(message_id: str | None = "7", kind: str | None = "email", **headers: Any
@@ -24,12 +26,12 @@ def read(body: bytes, p: Basic.Properties, redelivered: bool = False) -> tuple[A
 
 
 def test_round_trip() -> None:
-    message = encode(NewJob(kind="email", payload={"to": "a@b"}, headers={"trace": "t1"}),
-                     job_id="42", max_attempts=3)
-    assert message.message_id == "42" and message.type == "email"
+    body, message = encode_job(NewJob(kind="email", payload={"to": "a@b"}, headers={"trace": "t1"}),
+                               job_id="42", max_attempts=3)
+    assert message.message_id == "42" and message.message_type == "email"
     assert message.delivery_mode == 2 and message.content_type == "application/json"
     assert message.timestamp is not None
-    job, problem = read(message.body, message.properties)
+    job, problem = read(body, message)
     assert problem is None
     assert (job.id, job.kind, job.payload, job.attempt, job.max_attempts) == (
         "42", "email", {"to": "a@b"}, 1, 3)
@@ -74,13 +76,33 @@ def test_a_message_from_elsewhere_without_jobq_headers_is_a_first_attempt() -> N
 
 def test_encode_refuses_what_cannot_be_a_message() -> None:
     with pytest.raises(MalformedJob):
-        encode(NewJob(kind="", payload={}), job_id="1", max_attempts=1)
+        encode_job(NewJob(kind="", payload={}), job_id="1", max_attempts=1)
     with pytest.raises(MalformedJob):
-        encode(NewJob(kind="k", payload={"x": object()}), job_id="1", max_attempts=1)
+        encode_job(NewJob(kind="k", payload={"x": object()}), job_id="1", max_attempts=1)
 
 
 def test_republish_drops_the_broker_headers_and_sets_jobq_ones() -> None:
     original = props(**{"x-delivery-count": 2, "x-death": [{"count": 1}], "trace": "t"})
-    copy = republish(b"{}", original, {"x-jobq-attempt": 4})
+    body, copy = republish(b"{}", original, {"x-jobq-attempt": 4})
     assert copy.headers == {"x-jobq-attempt": 4, "x-jobq-max-attempts": 4, "trace": "t"}
-    assert copy.message_id == "7" and copy.type == "email" and copy.delivery_mode == 2
+    assert copy.message_id == "7" and copy.message_type == "email" and copy.delivery_mode == 2
+    assert body == b"{}"
+
+
+def test_the_body_is_compact_and_the_payload_limit_is_the_one_postgres_applies() -> None:
+    limits = LimitsConfig(max_payload=113)  # {"pad": "<89 x>", "n": [1, 2]} as spaced JSON
+    fits = NewJob(kind="k", payload={"pad": "x" * 89, "n": [1, 2]})
+    body, _ = encode_job(fits, job_id="1", max_attempts=1, limits=limits)
+    assert body == json.dumps(fits.payload, separators=(",", ":")).encode()
+    # 110 bytes compact, but 114 as the text Postgres stores: refused on both backends alike.
+    with pytest.raises(JobTooLarge, match="payload is 114 bytes as JSON, over the limit of 113"):
+        encode_job(NewJob(kind="k", payload={"pad": "x" * 90, "n": [1, 2]}), job_id="1",
+                   max_attempts=1, limits=limits)
+
+
+def test_a_copy_carries_the_properties_a_new_job_has() -> None:
+    _, new = encode_job(NewJob(kind="email", payload={}), job_id="9", max_attempts=3)
+    _, copy = republish(b"{}", new, {"x-jobq-attempt": 2})
+    for name in ("content_type", "delivery_mode", "message_id", "message_type", "timestamp",
+                 "priority", "expiration"):
+        assert getattr(copy, name) == getattr(new, name), name

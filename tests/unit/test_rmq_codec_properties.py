@@ -17,7 +17,13 @@ from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import ATTEMPT, DELIVERY_COUNT, MAX_ATTEMPTS, decode, encode
+from jobq.transports.rabbitmq.codec import (
+    ATTEMPT,
+    DELIVERY_COUNT,
+    MAX_ATTEMPTS,
+    decode,
+    encode_job,
+)
 from tests.unit.test_pg_decode_properties import headers as text_headers
 from tests.unit.test_pg_decode_properties import json_objects, kinds
 
@@ -58,10 +64,10 @@ def test_any_message_decodes_to_a_job_or_a_reason_without_raising(
 def test_what_encode_accepts_decodes_back_to_the_same_job(
         kind: str, payload: dict[str, Any], head: dict[str, str], max_attempts: int) -> None:
     head = {k: v for k, v in head.items() if not k.startswith("x-")}  # x- names are jobq's and the broker's
-    message = encode(NewJob(kind=kind, payload=payload, headers=head, max_attempts=max_attempts),
-                     job_id="42", max_attempts=3)
-    job, problem = decode(message.body, message.properties, redelivered=False, queue="q",
-                          max_attempts=3, fallback_id="amqp-1")
+    body, props = encode_job(NewJob(kind=kind, payload=payload, headers=head,
+                                    max_attempts=max_attempts), job_id="42", max_attempts=3)
+    job, problem = decode(body, props, redelivered=False, queue="q", max_attempts=3,
+                          fallback_id="amqp-1")
     assert problem is None
     assert (job.id, job.kind, dict(job.payload), dict(job.headers)) == ("42", kind, payload, head)
     assert (job.attempt, job.max_attempts) == (1, max_attempts)

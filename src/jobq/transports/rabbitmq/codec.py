@@ -6,6 +6,8 @@ next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueue
 seconds, sub-second); the user's headers beside them.
 Crash redeliveries add to the attempt: ``x-delivery-count`` on quorum queues, the
 ``redelivered`` flag on classic ones (which tells "at least once more", no more).
+New jobs (``encode_job``) and the consumer's retry / dead-letter / release copies
+(``republish``) get their properties from one place (``properties``).
 """
 
 from __future__ import annotations
@@ -52,36 +54,35 @@ def new_job_id() -> str:
     return str(secrets.randbits(63) or 1)
 
 
-def encode(job: NewJob, *, job_id: str, max_attempts: int,
-           limits: LimitsConfig | None = None) -> aio_pika.Message:
+# What jobq publishes: the body and properties, sent as they are with basic_publish on the aiormq
+# channel. An aio-pika Message would cost more per job than the rest of the encoding together.
+Outgoing = tuple[bytes, Basic.Properties]
+
+
+def properties(headers: dict[str, Any], *, message_id: str | None, kind: str | None,
+               timestamp: datetime | None, content_type: str | None = None) -> Basic.Properties:
+    """The AMQP properties of every message jobq publishes: persistent, JSON unless told otherwise."""
+    return Basic.Properties(content_type=content_type or CONTENT_TYPE, delivery_mode=PERSISTENT,
+                            headers=headers, message_id=message_id, timestamp=timestamp,
+                            message_type=kind)
+
+
+def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
+               limits: LimitsConfig | None = None) -> Outgoing:
     """The message for a new job; MalformedJob / JobTooLarge if it breaks the limits."""
-    body, props = encode_raw(job, job_id=job_id, max_attempts=max_attempts, limits=limits)
-    return make_message(body, headers=dict(props.headers or {}), message_id=job_id, kind=job.kind,
-                        timestamp=props.timestamp)
-
-
-def encode_raw(job: NewJob, *, job_id: str, max_attempts: int,
-               limits: LimitsConfig | None = None) -> tuple[bytes, Basic.Properties]:
-    """Body and AMQP properties of the message for a new job (what ``encode`` wraps).
-
-    The producer publishes these on the AMQP channel directly: an aio-pika Message costs
-    more than the rest of the encoding together, and the producer pays it per job.
-    """
-    encode_new_job(job, limits or _DEFAULT_LIMITS)  # the shared checks: kind, shape, sizes
-    body = json.dumps(job.payload, separators=(",", ":")).encode()
+    # The checked JSON text is the body: the payload is serialised once.
+    payload, _ = encode_new_job(job, limits or _DEFAULT_LIMITS, compact=True)
     headers: dict[str, Any] = {str(k): str(v) for k, v in job.headers.items()}
     now = datetime.now(UTC)
     headers[ATTEMPT] = 1
     headers[MAX_ATTEMPTS] = job.max_attempts or max_attempts
     headers[ENQUEUED_AT] = now.timestamp()
-    return body, Basic.Properties(content_type=CONTENT_TYPE, delivery_mode=PERSISTENT,
-                                  headers=headers, message_id=job_id, timestamp=now,
-                                  message_type=job.kind)
+    return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now)
 
 
 def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None, kind: str | None,
                  timestamp: datetime | None, content_type: str | None = None) -> aio_pika.Message:
-    """A persistent jobq message."""
+    """A persistent jobq message as an aio-pika Message (``jobq dead requeue`` publishes these)."""
     return aio_pika.Message(
         body, headers=headers, content_type=content_type or CONTENT_TYPE,
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT, message_id=message_id,
@@ -90,7 +91,7 @@ def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None
 
 
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
-              drop: tuple[str, ...] = ()) -> aio_pika.Message:
+              drop: tuple[str, ...] = ()) -> Outgoing:
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
     ``headers`` set.
 
@@ -108,8 +109,8 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
             del kept[k]
         kept["x-jobq-headers-dropped"] = f"{len(user)} headers, about {size:,} bytes: too large to forward"
     kept.update(headers)
-    return make_message(body, headers=kept, message_id=props.message_id, kind=props.message_type,
-                        timestamp=props.timestamp, content_type=props.content_type)
+    return body, properties(kept, message_id=props.message_id, kind=props.message_type,
+                            timestamp=props.timestamp, content_type=props.content_type)
 
 
 def _int(value: Any, default: int) -> int:

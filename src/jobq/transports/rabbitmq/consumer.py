@@ -28,7 +28,6 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from aio_pika.abc import AbstractExchange
 from aiormq.abc import DeliveredMessage
 
 from jobq.config import LimitsConfig, RabbitConfig
@@ -140,23 +139,23 @@ class RabbitTransport:
         """Publish to the tier for ``delay`` (confirmed), then ack the original."""
         job = delivery.job
         tier = self._topology.tier_for(delay)
-        await self._forward(delivery, None, tier or self._queue, {
+        await self._forward(delivery, "", tier or self._queue, {
             ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
             "x-jobq-last-error": reason})
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
         job = delivery.job
-        await self._forward(delivery, "dlx", self._queue, {
+        await self._forward(delivery, self._topology.dlx, self._queue, {
             ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
             "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
             "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")})
 
     async def release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack."""
-        await self._forward(delivery, None, self._queue, {ATTEMPT: delivery.job.attempt})
+        await self._forward(delivery, "", self._queue, {ATTEMPT: delivery.job.attempt})
 
-    async def _forward(self, delivery: Delivery, exchange: str | None, routing_key: str,
+    async def _forward(self, delivery: Delivery, exchange: str, routing_key: str,
                        headers: dict[str, Any]) -> None:
         handle: Handle = delivery.handle
         session = handle.session
@@ -164,11 +163,11 @@ class RabbitTransport:
             self.stale += 1
             return
         raw = handle.message
-        message = republish(raw.body, raw.header.properties, headers)
-        target: AbstractExchange = session.dlx if exchange == "dlx" else session.default
+        body, props = republish(raw.body, raw.header.properties, headers)
         try:
             with translated(f"rabbitmq publish to {routing_key}"):
-                await target.publish(message, routing_key=routing_key, mandatory=True)
+                await session.sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
+                                                   properties=props, mandatory=True)
         except TransportError:
             # Not forwarded: give the original back now rather than pinning a prefetch slot;
             # the broker counts that delivery, as it would after a crash.
@@ -280,13 +279,13 @@ class RabbitTransport:
                 await topology.declare(consume)
                 await consume.set_qos(prefetch_count=self._prefetch)
                 publish = await link.channel(confirms=True)
-                dlx = await publish.get_exchange(topology.dlx, ensure=False)
+                sender = await publish.get_underlay_channel()
                 raw = await consume.get_underlay_channel()
         except BaseException:
             with contextlib.suppress(Exception):
                 await consume.close()
             raise
-        session = Session(link.generation, consume, raw, publish, dlx,
+        session = Session(link.generation, consume, raw, publish, sender,
                           ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 2), logger=self._log)
         # aiormq awaits this callback inside the channel's frame reader: anything that waits

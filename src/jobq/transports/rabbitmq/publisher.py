@@ -19,12 +19,11 @@ from collections.abc import Sequence
 import aiormq
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
-from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConnectionLost, QueueFull, TransportError
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import encode_raw, new_job_id
+from jobq.transports.rabbitmq.codec import Outgoing, encode_job, new_job_id
 from jobq.transports.rabbitmq.connect import RabbitLink, describe_amqp, translated
 from jobq.transports.rabbitmq.topology import Topology
 
@@ -72,7 +71,7 @@ class RabbitPublisher:
                            timeout: float | None = None) -> list[str]:
         """Publish jobs with up to WINDOW confirms outstanding; return their ids in order."""
         queue = queue or self._queue
-        messages = [encode_raw(job, job_id=new_job_id(), max_attempts=self._max_attempts,
+        messages = [encode_job(job, job_id=new_job_id(), max_attempts=self._max_attempts,
                                limits=self._limits) for job in jobs]
         ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
@@ -95,7 +94,7 @@ class RabbitPublisher:
             waiting = refused
 
     async def _publish(self, queue: str, jobs: Sequence[NewJob],
-                       messages: Sequence[tuple[bytes, Basic.Properties]],
+                       messages: Sequence[Outgoing],
                        which: list[int]) -> list[int]:
         """Publish ``messages[i] for i in which``; return those a full queue refused.
 

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractExchange
+from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 from aiormq.abc import DeliveredMessage
 
@@ -40,14 +40,13 @@ class Session:
     """The consuming channel (no confirms), a confirming channel to publish on, and the acker."""
 
     def __init__(self, number: int, consume: AbstractChannel, raw: RawChannel,
-                 publish: AbstractChannel, dlx: AbstractExchange, *, ack_interval: float,
+                 publish: AbstractChannel, sender: RawChannel, *, ack_interval: float,
                  ack_batch: int, logger: logging.Logger) -> None:
         self.number = number
         self.consume = consume
         self.raw = raw
         self.publish = publish
-        self.default = publish.default_exchange
-        self.dlx = dlx
+        self.sender = sender  # the aiormq channel under ``publish``: copies are published there
         self.alive = True
         self.stopping = False
         self.holding = False  # acks wait (they would make room for more deliveries)
