@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError
+from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError, describe
 from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
-from jobq.retry import RetryPolicy, describe
+from jobq.retry import RetryPolicy
 from jobq.transport import Transport
 
 _STOP = None  # the sentinel a worker reads as "no more work"

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobq.errors import MalformedJob, PermanentError, Retry
+from jobq.errors import MalformedJob, PermanentError, Retry, describe
 from jobq.job import Job
 
 
@@ -17,22 +17,6 @@ class RetryDecision:
     retry: bool
     delay: float
     reason: str
-
-
-MAX_REASON = 2000  # characters of an error message kept with a job
-
-
-def describe(error: BaseException) -> str:
-    """The reason text kept with a failed job: error type and message, cut at MAX_REASON.
-
-    Bounded because it travels: in a RabbitMQ header (a header frame over the broker's
-    frame_max closes the whole connection), in last_error, in every log line about the job.
-    """
-    message = str(error).strip()
-    if len(message) > MAX_REASON:
-        message = f"{message[:MAX_REASON]}... ({len(message):,} characters)"
-    name = type(error).__name__
-    return f"{name}: {message}" if message else name
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

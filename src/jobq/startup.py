@@ -6,8 +6,8 @@ import asyncio
 import logging
 
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost
-from jobq.retry import RetryPolicy, describe
+from jobq.errors import ConnectionLost, describe
+from jobq.retry import RetryPolicy
 from jobq.transport import Transport
 
 

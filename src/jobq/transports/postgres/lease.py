@@ -17,9 +17,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import ConnectionLost, TransportError
+from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.retry import describe
 from jobq.transports.postgres.admin import check_schema, schema_params
 from jobq.transports.postgres.connect import backoff_policy, consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery

@@ -10,8 +10,7 @@ import psycopg
 from psycopg import sql
 
 from jobq.config import ConnectConfig
-from jobq.errors import TransportError
-from jobq.retry import describe
+from jobq.errors import TransportError, describe
 from jobq.transports.postgres.connect import backoff_policy, connect_once
 
 

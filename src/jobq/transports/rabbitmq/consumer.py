@@ -32,9 +32,8 @@ from aio_pika.abc import AbstractExchange
 from aiormq.abc import DeliveredMessage
 
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import ConfigError, ConnectionLost, TransportError
+from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.retry import describe
 from jobq.transports.rabbitmq.codec import ATTEMPT, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, backoff_policy, translated
