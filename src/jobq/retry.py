@@ -6,6 +6,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobq.backoff import Backoff
 from jobq.errors import MalformedJob, PermanentError, Retry, describe
 from jobq.job import Job
 
@@ -21,11 +22,7 @@ class RetryDecision:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter, capped, bounded by the job's ``max_attempts``.
-
-    The n-th retry waits ``uniform(0, min(cap, base * 2**(n-1)))`` ("full jitter"), which
-    spreads a burst of failures instead of retrying them all in lock-step.
-    """
+    """Job retries: ``Backoff`` from ``base_delay`` capped at ``max_delay``, up to ``max_attempts``."""
 
     base_delay: float = 1.0
     max_delay: float = 300.0
@@ -34,8 +31,8 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Delay before the retry that follows failed attempt number ``attempt`` (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * 2.0 ** max(0, attempt - 1))
-        return ceiling * self.rand() if self.jitter else ceiling
+        return Backoff(base=self.base_delay, cap=self.max_delay, jitter=self.jitter,
+                       rand=self.rand).delay(attempt)
 
     def decide(self, error: BaseException, job: Job) -> RetryDecision:
         """Decide the outcome of ``job`` failing with ``error``."""
