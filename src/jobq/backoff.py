@@ -110,3 +110,8 @@ async def pause(delay: float, stop: asyncio.Event | None = None) -> None:
         return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), delay)
+
+
+# How an enqueue polls a queue at limits.max_pending for room: briskly, since a consumer frees
+# room job by job, and both backends alike.
+QUEUE_FULL_BACKOFF = Backoff(base=0.02, cap=0.5)
