@@ -1,4 +1,4 @@
-"""The jobq error tree: what handlers raise to choose an outcome, and what jobq raises itself."""
+"""The jobq error tree (what handlers raise, what jobq raises) and the reason text of a failure."""
 
 from __future__ import annotations
 
@@ -69,3 +69,19 @@ class JobTimeout(Exception):
 
 class ShutdownInterrupted(Exception):
     """A handler was still running when the shutdown deadline passed (retryable)."""
+
+
+MAX_REASON = 2000  # characters of an error message kept with a job
+
+
+def describe(error: BaseException) -> str:
+    """The reason text kept with a failed job: error type and message, cut at MAX_REASON.
+
+    Bounded because it travels: in a RabbitMQ header (a header frame over the broker's
+    frame_max closes the whole connection), in last_error, in every log line about the job.
+    """
+    message = str(error).strip()
+    if len(message) > MAX_REASON:
+        message = f"{message[:MAX_REASON]}... ({len(message):,} characters)"
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name

@@ -15,9 +15,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from jobq.errors import describe
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
-from jobq.retry import describe
 
 DepthProbe = Callable[[], Awaitable[Mapping[str, Any]]]
 PROBE_TIMEOUT = 10.0  # a depth poll that takes longer is counted as failed

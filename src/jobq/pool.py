@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError
+from jobq.backoff import Backoff, pause
+from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError, describe
 from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
-from jobq.retry import RetryPolicy, describe
+from jobq.retry import RetryPolicy
 from jobq.transport import Transport
 
 _STOP = None  # the sentinel a worker reads as "no more work"
+# Capped low: once the server is back, an idle pool should notice within seconds.
+RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
 
 
 class PoolObserver(Protocol):
@@ -176,11 +178,9 @@ class WorkerPool:
                 batch = await self._transport.receive(room, self._receive_timeout(idle_before))
             except TransportError as exc:
                 failures = self.receive_failures = failures + 1
-                # Capped low: once the server is back, an idle pool should notice within seconds.
-                delay = min(5.0, 0.2 * 2 ** min(failures, 8))
+                delay = RECEIVE_BACKOFF.delay(failures)
                 self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
+                await pause(delay, self._stop)
                 continue
             failures = self.receive_failures = 0
             if not batch:

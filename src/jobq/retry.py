@@ -6,7 +6,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobq.errors import MalformedJob, PermanentError, Retry
+from jobq.backoff import Backoff
+from jobq.errors import MalformedJob, PermanentError, Retry, describe
 from jobq.job import Job
 
 
@@ -19,29 +20,9 @@ class RetryDecision:
     reason: str
 
 
-MAX_REASON = 2000  # characters of an error message kept with a job
-
-
-def describe(error: BaseException) -> str:
-    """The reason text kept with a failed job: error type and message, cut at MAX_REASON.
-
-    Bounded because it travels: in a RabbitMQ header (a header frame over the broker's
-    frame_max closes the whole connection), in last_error, in every log line about the job.
-    """
-    message = str(error).strip()
-    if len(message) > MAX_REASON:
-        message = f"{message[:MAX_REASON]}... ({len(message):,} characters)"
-    name = type(error).__name__
-    return f"{name}: {message}" if message else name
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter, capped, bounded by the job's ``max_attempts``.
-
-    The n-th retry waits ``uniform(0, min(cap, base * 2**(n-1)))`` ("full jitter"), which
-    spreads a burst of failures instead of retrying them all in lock-step.
-    """
+    """Job retries: ``Backoff`` from ``base_delay`` capped at ``max_delay``, up to ``max_attempts``."""
 
     base_delay: float = 1.0
     max_delay: float = 300.0
@@ -50,8 +31,8 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Delay before the retry that follows failed attempt number ``attempt`` (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * 2.0 ** max(0, attempt - 1))
-        return ceiling * self.rand() if self.jitter else ceiling
+        return Backoff(base=self.base_delay, cap=self.max_delay, jitter=self.jitter,
+                       rand=self.rand).delay(attempt)
 
     def decide(self, error: BaseException, job: Job) -> RetryDecision:
         """Decide the outcome of ``job`` failing with ``error``."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost
-from jobq.retry import RetryPolicy, describe
+from jobq.errors import ConnectionLost, describe
 from jobq.transport import Transport
 
 
@@ -20,15 +19,12 @@ async def open_transport(transport: Transport, connect: ConnectConfig, log: logg
     stands (exit 3). Every transport's ``open`` starts its background work only once the
     statements that can fail have run, so trying again is safe.
     """
-    policy = RetryPolicy(base_delay=connect.backoff_base, max_delay=connect.backoff_max)
-    for attempt in range(1, connect.attempts + 1):
+    async for attempt in Backoff.from_connect(connect).attempts(connect.attempts):
         try:
             await transport.open()
             return
         except ConnectionLost as exc:
-            if attempt == connect.attempts:
+            if attempt.last:
                 raise
-            delay = policy.backoff(attempt)
-            log.warning("could not start consuming (%s; attempt %d/%d); retrying in %.1fs",
-                        describe(exc), attempt, connect.attempts, delay)
-            await asyncio.sleep(delay)
+            log.warning("could not start consuming (%s; attempt %s); retrying in %.1fs",
+                        describe(exc), attempt, attempt.delay)

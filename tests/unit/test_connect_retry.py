@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from jobq import backoff
 from jobq.config import ConnectConfig
 from jobq.errors import ConnectionLost
 from jobq.transports.postgres import connect as pg_connect
@@ -23,7 +24,7 @@ async def test_each_try_is_logged_then_connection_lost(
     async def no_sleep(delay: float) -> None:
         delays.append(delay)
 
-    monkeypatch.setattr(pg_connect.asyncio, "sleep", no_sleep)
+    monkeypatch.setattr(backoff.asyncio, "sleep", no_sleep)
     connect = ConnectConfig(attempts=6, backoff_base=0.5, backoff_max=3.0, timeout=1.0)
     with caplog.at_level(logging.WARNING), pytest.raises(ConnectionLost) as info:
         await pg_connect.connect_once(dsn, connect, logging.getLogger("jobq.test"))

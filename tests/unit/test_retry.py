@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobq import Job, MalformedJob, PermanentError, Retry
-from jobq.retry import RetryPolicy, describe
+from jobq.errors import describe
+from jobq.retry import RetryPolicy
 
 
 def job(attempt: int, max_attempts: int = 5) -> Job:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -15,9 +14,9 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, redact
 from jobq.errors import ConnectionLost, TransportError
-from jobq.retry import RetryPolicy
 
 
 def consumer_id() -> str:
@@ -51,31 +50,23 @@ def translated(what: str) -> Iterator[None]:
         raise TransportError(f"{what}: {_clean(exc)}") from exc
 
 
-def backoff_policy(connect: ConnectConfig) -> RetryPolicy:
-    """The backoff used between connection attempts."""
-    return RetryPolicy(base_delay=connect.backoff_base, max_delay=connect.backoff_max)
-
-
 async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) -> psycopg.AsyncConnection[
     tuple[object, ...]
 ]:
     """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end."""
     where = server_address(dsn)
-    policy = backoff_policy(connect)
-    for attempt in range(1, connect.attempts + 1):
+    async for attempt in Backoff.from_connect(connect).attempts(connect.attempts):
         try:
             return await psycopg.AsyncConnection.connect(
                 dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout))
             )
         except psycopg.Error as exc:
-            if attempt == connect.attempts:
+            if attempt.last:
                 raise ConnectionLost(
-                    f"cannot reach PostgreSQL at {where} after {attempt} attempts: {_clean(exc)}"
+                    f"cannot reach PostgreSQL at {where} after {attempt.number} attempts: {_clean(exc)}"
                 ) from exc
-            delay = policy.backoff(attempt)
-            log.warning("cannot reach PostgreSQL at %s (attempt %d/%d): %s; retrying in %.1fs",
-                        where, attempt, connect.attempts, _clean(exc), delay)
-            await asyncio.sleep(delay)
+            log.warning("cannot reach PostgreSQL at %s (attempt %s): %s; retrying in %.1fs",
+                        where, attempt, _clean(exc), attempt.delay)
     raise AssertionError("unreachable")
 
 

@@ -16,12 +16,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import ConnectionLost, TransportError
+from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.retry import describe
 from jobq.transports.postgres.admin import check_schema, schema_params
-from jobq.transports.postgres.connect import backoff_policy, consumer_id, translated
+from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
@@ -242,17 +242,15 @@ class PostgresTransport:
 
     async def _forever(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         """Run ``step`` until cancelled; log failures and back off instead of dying."""
-        failures = 0
-        policy = backoff_policy(self._connect)
-        while True:
-            try:
-                await step()
-                failures = 0
-            except TransportError as exc:
-                failures += 1
-                delay = policy.backoff(failures)
-                self._log.warning("%s failed (%s); retrying in %.1fs", what, describe(exc), delay)
-                await asyncio.sleep(delay)
+        backoff = Backoff.from_connect(self._connect)
+        while True:  # a success starts the count again
+            async for attempt in backoff.attempts():
+                try:
+                    await step()
+                    break
+                except TransportError as exc:
+                    self._log.warning("%s failed (%s); retrying in %.1fs", what, describe(exc),
+                                      attempt.delay)
 
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect forever with backoff if it drops."""

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
 
+from jobq.backoff import Backoff, pause
 from jobq.config import ConnectConfig
-from jobq.errors import TransportError
-from jobq.retry import describe
-from jobq.transports.postgres.connect import backoff_policy, connect_once
+from jobq.errors import TransportError, describe
+from jobq.transports.postgres.connect import connect_once
 
 
 async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wake: Callable[[], None],
@@ -21,8 +20,8 @@ async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wak
 
     ``on_reconnect`` is called each time the connection is back after a loss (for metrics).
     """
-    policy = backoff_policy(connect)
-    failures = 0
+    backoff = Backoff.from_connect(connect)
+    failures = 0  # since the last LISTEN that went through
     statement = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
     while True:
         try:
@@ -38,6 +37,6 @@ async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wak
                         wake()
         except (psycopg.Error, TransportError) as exc:
             failures += 1
-            delay = policy.backoff(failures)
+            delay = backoff.delay(failures)
             log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", describe(exc), delay)
-            await asyncio.sleep(delay)
+            await pause(delay)

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from jobq.backoff import QUEUE_FULL_BACKOFF
 from jobq.config import LimitsConfig, PostgresConfig
 from jobq.errors import MalformedJob, QueueFull
 from jobq.limits import encode_new_job
@@ -93,21 +94,15 @@ class PostgresPublisher:
         if not cap:
             ids.extend(await self._execute("enqueue", {"queue": queue, **columns}))
             return
-        loop = asyncio.get_running_loop()
-        pause = 0.02
-        while True:
+        async for _ in QUEUE_FULL_BACKOFF.attempts(until=deadline):
             got = await self._execute("enqueue_bounded", {"queue": queue, "cap": cap, **columns})
             ids.extend(got)
-            left = len(columns["kinds"]) - len(got)
-            if not left:
+            if len(got) == len(columns["kinds"]):
                 return
             columns = {name: values[len(got):] for name, values in columns.items()}
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise QueueFull(f"queue {queue!r} is full: {cap} jobs pending (limits.max_pending), "
-                                f"no room for {left} more within {wait:g}s", accepted=tuple(ids))
-            await asyncio.sleep(min(pause, remaining))
-            pause = min(pause * 2, 0.5)
+        left = len(columns["kinds"])
+        raise QueueFull(f"queue {queue!r} is full: {cap} jobs pending (limits.max_pending), "
+                        f"no room for {left} more within {wait:g}s", accepted=tuple(ids))
 
     async def _execute(self, name: str, params: dict[str, Any]) -> list[str]:
         with translated("postgres enqueue"):

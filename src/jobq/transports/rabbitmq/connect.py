@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -14,9 +13,9 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
+from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
 from jobq.errors import ConnectionLost, TransportError
-from jobq.retry import RetryPolicy
 
 # What "the link to the broker broke" looks like from aio-pika and aiormq.
 LINK_ERRORS: tuple[type[BaseException], ...] = (
@@ -56,11 +55,6 @@ def translated(what: str) -> Iterator[None]:
         raise TransportError(f"{what}: {describe_amqp(exc)}") from exc
 
 
-def backoff_policy(connect: ConnectConfig) -> RetryPolicy:
-    """The backoff used between connection attempts."""
-    return RetryPolicy(base_delay=connect.backoff_base, max_delay=connect.backoff_max)
-
-
 class RabbitLink:
     """The process's AMQP connection: opened with retries, reopened after a loss.
 
@@ -95,10 +89,7 @@ class RabbitLink:
         ``attempts`` defaults to ``connect.attempts``; 0 means try until cancelled.
         """
         limit = self._connect.attempts if attempts is None else attempts
-        policy = backoff_policy(self._connect)
-        tries = 0
-        while True:
-            tries += 1
+        async for attempt in Backoff.from_connect(self._connect).attempts(limit):
             try:
                 conn = await aio_pika.connect(
                     self._url, timeout=self._connect.timeout,
@@ -108,14 +99,11 @@ class RabbitLink:
                 raise ConnectionLost(f"RabbitMQ at {self.address} refused the login "
                                      f"(check the user and password in rabbitmq.url)") from exc
             except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
-                if limit and tries >= limit:
-                    raise ConnectionLost(f"cannot reach RabbitMQ at {self.address} after {tries} "
-                                         f"attempts: {describe_amqp(exc)}") from exc
-                delay = policy.backoff(tries)
-                shown = f"{tries}/{limit}" if limit else str(tries)
+                if attempt.last:
+                    raise ConnectionLost(f"cannot reach RabbitMQ at {self.address} after "
+                                         f"{attempt.number} attempts: {describe_amqp(exc)}") from exc
                 self._log.warning("cannot reach RabbitMQ at %s (attempt %s): %s; retrying in %.1fs",
-                                  self.address, shown, describe_amqp(exc), delay)
-                await asyncio.sleep(delay)
+                                  self.address, attempt, describe_amqp(exc), attempt.delay)
                 continue
             self._conn = conn
             self._lost = False

@@ -30,13 +30,13 @@ from typing import Any
 
 from aiormq.abc import DeliveredMessage
 
+from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import ConfigError, ConnectionLost, TransportError
+from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.retry import describe
 from jobq.transports.rabbitmq.codec import ATTEMPT, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
-from jobq.transports.rabbitmq.connect import RabbitLink, backoff_policy, translated
+from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.topology import Topology
 
@@ -322,7 +322,7 @@ class RabbitTransport:
 
     async def _supervise(self) -> None:
         """Wait for the session to end; then reconnect with backoff and start a new one."""
-        policy = backoff_policy(self._link.connect_config)
+        backoff = Backoff.from_connect(self._link.connect_config)
         while True:
             session = self._session
             assert session is not None
@@ -334,17 +334,13 @@ class RabbitTransport:
             self._arrived.clear()
             self._wake()
             await session.close()
-            failures = 0
-            while True:
+            async for attempt in backoff.attempts():
                 try:
-                    if not self._link.is_open or failures:
+                    if not self._link.is_open or attempt.number > 1:
                         await self._link.reopen()
                     await self._start_session()
                     break
                 except (TransportError, ConfigError) as exc:
-                    failures += 1
-                    delay = policy.backoff(failures)
                     self._log.warning("could not resume consuming (%s); retrying in %.1fs",
-                                      describe(exc), delay)
-                    await asyncio.sleep(delay)
+                                      describe(exc), attempt.delay)
             self.reconnects += 1

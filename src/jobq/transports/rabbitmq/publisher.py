@@ -20,6 +20,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 
+from jobq.backoff import QUEUE_FULL_BACKOFF
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConnectionLost, QueueFull, TransportError
 from jobq.transport import NewJob
@@ -75,23 +76,17 @@ class RabbitPublisher:
                                limits=self._limits) for job in jobs]
         ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + wait, 0.02
+        deadline = asyncio.get_running_loop().time() + wait
         waiting = list(range(len(jobs)))
-        while True:
-            refused = await self._publish(queue, jobs, messages, waiting)
-            if not refused:
+        async for _ in QUEUE_FULL_BACKOFF.attempts(until=deadline):
+            waiting = await self._publish(queue, jobs, messages, waiting)  # those refused
+            if not waiting:
                 return ids
-            left = deadline - loop.time()
-            if left <= 0:
-                taken = set(range(len(jobs))) - set(refused)
-                raise QueueFull(
-                    f"queue {queue!r} is full: {self._limits.max_pending} jobs ready "
-                    f"(limits.max_pending), no room for {len(refused)} more within {wait:g}s",
-                    accepted=tuple(ids[i] for i in sorted(taken)))
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, 0.5)
-            waiting = refused
+        taken = set(range(len(jobs))) - set(waiting)
+        raise QueueFull(
+            f"queue {queue!r} is full: {self._limits.max_pending} jobs ready "
+            f"(limits.max_pending), no room for {len(waiting)} more within {wait:g}s",
+            accepted=tuple(ids[i] for i in sorted(taken)))
 
     async def _publish(self, queue: str, jobs: Sequence[NewJob],
                        messages: Sequence[Outgoing],
