@@ -41,12 +41,17 @@ class Delivery:
 
     ``malformed`` is set when the message could not be decoded; ``job`` then carries
     whatever could be recovered (at least an id) and the pool dead-letters it unrun.
+    ``isolate`` is set by a transport for a job that was in flight when a consumer died: the
+    pool runs it with nothing else in flight, so that if it kills this process too, the crash
+    is its own and its backend can count it against that job alone (docs/architecture.md,
+    "Crashes").
     """
 
     job: Job
     handle: Any
     malformed: str | None = None
     received_at: float = 0.0
+    isolate: bool = False
 
 
 class Outcome(enum.Enum):

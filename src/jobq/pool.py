@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -93,6 +94,8 @@ class WorkerPool:
         self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._outstanding = 0
         self._room = asyncio.Event()
+        self._settled = asyncio.Event()  # set at every settle (isolated runs wait on it)
+        self._isolated: list[Delivery] = []  # received, waiting to run alone
         self._stop = asyncio.Event()
         self._forced = False
         self._force = asyncio.Event()
@@ -192,9 +195,31 @@ class WorkerPool:
                 self.stats.first_job_at = time.monotonic()
             self._outstanding += len(batch)
             for delivery in batch:
-                self._queue.put_nowait(delivery)
+                if delivery.isolate and delivery.malformed is None:
+                    self._isolated.append(delivery)
+                else:
+                    self._queue.put_nowait(delivery)
             if self._observer is not None:
                 self._observer.gauges(self._outstanding, self._queue.qsize())
+            if self._isolated:
+                await self._run_isolated()
+
+    async def _run_isolated(self) -> None:
+        """Run each isolated delivery alone: after everything else settled, and before more work.
+
+        Receiving stops meanwhile, so that a crash during the run is this job's and no other's.
+        Cancelled by shutdown, what has not started stays in ``_isolated`` and is released.
+        """
+        while self._isolated:
+            await self._until(lambda: self._outstanding == len(self._isolated))
+            delivery = self._isolated.pop(0)
+            self._queue.put_nowait(delivery)
+            await self._until(lambda: self._outstanding == len(self._isolated))
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._settled.clear()
+            await self._settled.wait()
 
     def _receive_timeout(self, idle: bool) -> float:
         if not self._once:
@@ -205,10 +230,11 @@ class WorkerPool:
 
     async def _release_unstarted(self) -> None:
         """Hand back what was received but never started; its attempt does not count."""
-        while not self._queue.empty():
-            delivery = self._queue.get_nowait()
-            if delivery is None:
-                continue
+        unstarted = [d for d in (self._queue.get_nowait() for _ in range(self._queue.qsize()))
+                     if d is not None]
+        unstarted += self._isolated
+        self._isolated.clear()
+        for delivery in unstarted:
             try:
                 await self._transport.release(delivery)
             except TransportError as exc:
@@ -323,6 +349,7 @@ class WorkerPool:
                             job.id, outcome.value, describe(exc))
         finally:
             self._outstanding -= 1
+            self._settled.set()
             if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
                 self._room.set()
         self._count(outcome)
