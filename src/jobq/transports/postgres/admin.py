@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.errors import ConfigError
+from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
@@ -25,14 +25,6 @@ def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = N
     for m in migrations(schema):
         out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(conn)}\n")
     return "\n".join(out)
-
-
-def shown_payload(text: str, limit: int = 500) -> Any:
-    """A dead job's payload for display: parsed, or, if Python cannot parse it, its text cut short."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def schema_params(schema: str, needs: Mapping[str, str]) -> dict[str, Any]:
