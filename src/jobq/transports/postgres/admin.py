@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -27,26 +27,29 @@ def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = N
     return "\n".join(out)
 
 
-def schema_params(schema: str, needs: Mapping[str, str]) -> dict[str, Any]:
-    """``schema_problems``' parameters for ``needs``: table -> privileges, e.g. "SELECT,UPDATE"."""
-    return {"names": [sql.Identifier(schema, t).as_string(None) for t in needs],
-            "privileges": list(needs.values())}
+Fetch = Callable[[str, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 
 
-async def require_schema(pool: Pool, schema: str, needs: Mapping[str, str], needed_by: str) -> None:
-    """ConfigError (exit 2) naming the fix if a table of ``needs`` or a privilege on it is missing.
+def pool_fetch(pool: Pool, queries: Queries) -> Fetch:
+    """Runs a named statement of ``queries`` on a connection of ``pool``; returns its rows."""
+    async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+        with translated(f"postgres {name}"):
+            async with pool.connection() as conn:
+                cur = await conn.execute(queries[name], params)
+                return await cur.fetchall()
+    return fetch
+
+
+async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], needed_by: str) -> None:
+    """ConfigError (exit 2) naming the fix if a table of ``needs`` (table -> privileges, e.g.
+    "SELECT,UPDATE") or a privilege on it is missing; ``fetch`` runs the check's statement.
 
     Without it a consumer started before ``jobq init``, or under a role short of a grant,
     retries its claim forever (or ends with the server's bare "relation does not exist").
     """
-    with translated("postgres schema check"):
-        async with pool.connection() as conn:
-            cur = await conn.execute(Queries(schema)["schema_problems"], schema_params(schema, needs))
-            check_schema(schema, await cur.fetchall(), needed_by)
-
-
-def check_schema(schema: str, problems: Sequence[Sequence[Any]], needed_by: str) -> None:
-    """Raise require_schema's ConfigError for ``schema_problems``' rows, if any."""
+    problems = await fetch("schema_problems", {
+        "names": [sql.Identifier(schema, t).as_string(None) for t in needs],
+        "privileges": list(needs.values())})
     missing = sorted({name for name, privilege, _ in problems if privilege is None})
     if missing:
         raise ConfigError(
@@ -67,6 +70,7 @@ class PostgresAdmin:
         self._pool = pool
         self._schema = settings.schema
         self._q = Queries(settings.schema)
+        self._fetch = pool_fetch(pool, self._q)
         self._queue = queue
         self._log = logger or logging.getLogger("jobq.admin")
 
@@ -128,9 +132,3 @@ class PostgresAdmin:
         if missing:
             raise ConfigError(f"no dead job with id {', '.join(map(str, missing))} in queue "
                               f"{self._queue!r}; `jobq dead list` shows them", key="--id")
-
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
-        with translated(f"postgres {name}"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(self._q[name], params)
-                return await cur.fetchall()
