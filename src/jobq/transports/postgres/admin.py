@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +18,11 @@ from jobq.transports.postgres.sql import Migration, Queries, migrations
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 
 
-def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+def render_migrations(schema: str) -> str:
     """The migration SQL as text, for ``jobq init --print-sql``."""
     out = []
     for m in migrations(schema):
-        out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(conn)}\n")
+        out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(None)}\n")
     return "\n".join(out)
 
 
@@ -65,14 +64,12 @@ async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], ne
 class PostgresAdmin:
     """Schema, dead letters and stats for one queue."""
 
-    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str,
-                 logger: logging.Logger | None = None) -> None:
+    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str) -> None:
         self._pool = pool
         self._schema = settings.schema
         self._q = Queries(settings.schema)
         self._fetch = pool_fetch(pool, self._q)
         self._queue = queue
-        self._log = logger or logging.getLogger("jobq.admin")
 
     async def init(self) -> list[Migration]:
         """Create or upgrade the schema; return the migrations applied now (none if current)."""

@@ -8,7 +8,6 @@ walking channel closes. AMQP does not expose a queue's unacked count, so ``depth
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -54,11 +53,10 @@ class RabbitAdmin:
     """Topology, dead letters and stats for one queue."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 logger: logging.Logger | None = None, max_pending: int = 0) -> None:
+                 max_pending: int = 0) -> None:
         self._link = link
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)
-        self._log = logger or logging.getLogger("jobq.admin")
 
     async def init(self) -> str:
         """Declare the topology (idempotent); return a one-line summary of it."""
