@@ -24,6 +24,12 @@ from jobq.errors import ConfigError
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+PASSWORD_RE = re.compile(r"(password\s*=\s*)\S+")  # a key-value DSN's, or one quoted in an error
+
+
+def mask_passwords(text: str) -> str:
+    """``text`` with the value of every ``password=...`` replaced by ``***``."""
+    return PASSWORD_RE.sub(r"\1***", text)
 
 
 def redact(url: str) -> str:
@@ -33,7 +39,7 @@ def redact(url: str) -> str:
     except ValueError:
         return "<unparseable url>"
     if parts.password is None:
-        return re.sub(r"(password\s*=\s*)\S+", r"\1***", url)
+        return mask_passwords(url)
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))

@@ -30,6 +30,7 @@ class Backend:
     queue: str
     env: dict[str, str]
     schema: str | None = None
+    buffers: bool = True  # the pool holds received jobs beyond the running ones (consumer.buffer)
     tiers: tuple[float, ...] = DEFAULT_TIERS
     extra_tiers: set[float] = field(default_factory=set)
 

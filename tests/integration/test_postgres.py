@@ -9,9 +9,11 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from psycopg import sql
 
+from jobq.transports.postgres.sql import Queries, migrations
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.processors import completions
 
@@ -217,3 +219,33 @@ def test_a_schema_never_initialised_exits_2_naming_jobq_init(pg_dsn: str, comman
     assert last.startswith(f"jobq: config error: postgres.schema '{name}' has no ")
     assert "run `jobq init` with the same config first" in last and "Traceback" not in result.stderr
     assert not fetch(pg_dsn, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))
+
+
+def attempt_log(dsn: str, schema: str) -> object:
+    """The attempt log table of ``schema`` (migration 2's), or None if there is none."""
+    name = sql.Identifier(schema, "attempts").as_string(None)
+    return fetch(dsn, "SELECT to_regclass(%s)::text", [name])[0][0]
+
+
+def test_init_leaves_no_attempt_log_on_a_fresh_or_an_upgraded_schema(pg_dsn: str, schema: str) -> None:
+    assert attempt_log(pg_dsn, schema) is None  # fresh: migration 4 drops what 2 created
+    old = f"t_{uuid.uuid4().hex[:10]}"  # a schema as `jobq init` of a build with migrations 1-3 left it
+    queries = Queries(old)
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(old)))
+            conn.execute(queries["migrations_table"])
+            for m in migrations(old):
+                if m.version <= 3:
+                    conn.execute(m.statement)
+                    conn.execute(queries["migration_record"], {"version": m.version, "title": m.title})
+        assert attempt_log(pg_dsn, old) is not None
+        upgraded = run_cli("jobq", "init", *pg_args("q"), env=schema_env(old))
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert attempt_log(pg_dsn, old) is None
+        versions = fetch(pg_dsn, sql.SQL("SELECT version FROM {} ORDER BY version").format(
+            sql.Identifier(old, "migrations")))
+        assert versions == [(m.version,) for m in migrations(old)]
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(old)))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -13,48 +11,44 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.errors import ConfigError
+from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 
 
-def render_migrations(schema: str, conn: psycopg.AsyncConnection[Any] | None = None) -> str:
+def render_migrations(schema: str) -> str:
     """The migration SQL as text, for ``jobq init --print-sql``."""
     out = []
     for m in migrations(schema):
-        out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(conn)}\n")
+        out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(None)}\n")
     return "\n".join(out)
 
 
-def shown_payload(text: str, limit: int = 500) -> Any:
-    """A dead job's payload for display: parsed, or, if Python cannot parse it, its text cut short."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+Fetch = Callable[[str, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 
 
-def schema_params(schema: str, needs: Mapping[str, str]) -> dict[str, Any]:
-    """``schema_problems``' parameters for ``needs``: table -> privileges, e.g. "SELECT,UPDATE"."""
-    return {"names": [sql.Identifier(schema, t).as_string(None) for t in needs],
-            "privileges": list(needs.values())}
+def pool_fetch(pool: Pool, queries: Queries) -> Fetch:
+    """Runs a named statement of ``queries`` on a connection of ``pool``; returns its rows."""
+    async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+        with translated(f"postgres {name}"):
+            async with pool.connection() as conn:
+                cur = await conn.execute(queries[name], params)
+                return await cur.fetchall()
+    return fetch
 
 
-async def require_schema(pool: Pool, schema: str, needs: Mapping[str, str], needed_by: str) -> None:
-    """ConfigError (exit 2) naming the fix if a table of ``needs`` or a privilege on it is missing.
+async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], needed_by: str) -> None:
+    """ConfigError (exit 2) naming the fix if a table of ``needs`` (table -> privileges, e.g.
+    "SELECT,UPDATE") or a privilege on it is missing; ``fetch`` runs the check's statement.
 
     Without it a consumer started before ``jobq init``, or under a role short of a grant,
     retries its claim forever (or ends with the server's bare "relation does not exist").
     """
-    with translated("postgres schema check"):
-        async with pool.connection() as conn:
-            cur = await conn.execute(Queries(schema)["schema_problems"], schema_params(schema, needs))
-            check_schema(schema, await cur.fetchall(), needed_by)
-
-
-def check_schema(schema: str, problems: Sequence[Sequence[Any]], needed_by: str) -> None:
-    """Raise require_schema's ConfigError for ``schema_problems``' rows, if any."""
+    problems = await fetch("schema_problems", {
+        "names": [sql.Identifier(schema, t).as_string(None) for t in needs],
+        "privileges": list(needs.values())})
     missing = sorted({name for name, privilege, _ in problems if privilege is None})
     if missing:
         raise ConfigError(
@@ -70,13 +64,12 @@ def check_schema(schema: str, problems: Sequence[Sequence[Any]], needed_by: str)
 class PostgresAdmin:
     """Schema, dead letters and stats for one queue."""
 
-    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str,
-                 logger: logging.Logger | None = None) -> None:
+    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str) -> None:
         self._pool = pool
         self._schema = settings.schema
         self._q = Queries(settings.schema)
+        self._fetch = pool_fetch(pool, self._q)
         self._queue = queue
-        self._log = logger or logging.getLogger("jobq.admin")
 
     async def init(self) -> list[Migration]:
         """Create or upgrade the schema; return the migrations applied now (none if current)."""
@@ -136,9 +129,3 @@ class PostgresAdmin:
         if missing:
             raise ConfigError(f"no dead job with id {', '.join(map(str, missing))} in queue "
                               f"{self._queue!r}; `jobq dead list` shows them", key="--id")
-
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
-        with translated(f"postgres {name}"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(self._q[name], params)
-                return await cur.fetchall()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
 import socket
 import uuid
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import psycopg
 from psycopg import conninfo
@@ -16,7 +14,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, redact
-from jobq.errors import ConnectionLost, TransportError
+from jobq.errors import ConnectionLost
+from jobq.transports import common
+from jobq.transports.common import error_text as _clean  # the name the connect loops use
+
+# What "the link to the server broke" looks like from psycopg; any other psycopg.Error failed
+# the statement only.
+LINK_ERRORS: common.Errors = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 def consumer_id() -> str:
@@ -30,24 +34,15 @@ def server_address(dsn: str) -> str:
         info = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<invalid dsn>"
-    host = str(info.get("host") or info.get("hostaddr") or "local socket")
-    return f"{host}:{info.get('port') or 5432}"
+    # No host: libpq connects through the local Unix socket.
+    host = info.get("host") or info.get("hostaddr")
+    return common.server_address(None if host is None else str(host), info.get("port"), 5432,
+                                 no_host="local socket")
 
 
-def _clean(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", text)
-
-
-@contextlib.contextmanager
-def translated(what: str) -> Iterator[None]:
+def translated(what: str) -> AbstractContextManager[None]:
     """Turn psycopg errors into jobq's: ConnectionLost when the link broke, else TransportError."""
-    try:
-        yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise ConnectionLost(f"{what}: {_clean(exc)}") from exc
-    except psycopg.Error as exc:
-        raise TransportError(f"{what}: {_clean(exc)}") from exc
+    return common.translating(what, lost=LINK_ERRORS, failed=(psycopg.Error,), describe=_clean)
 
 
 async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) -> psycopg.AsyncConnection[

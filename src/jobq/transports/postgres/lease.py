@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,7 +21,7 @@ from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.transports.postgres.admin import check_schema, schema_params
+from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.listen import listen
@@ -71,8 +72,8 @@ class PostgresTransport:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
         (unless poll-only) the listener. Rescuing first lets a ``--once`` sweep pick up the jobs
         of a consumer that died."""
-        problems = await self._run("schema_problems", schema_params(self._cfg.schema, NEEDS), fetch=True)
-        check_schema(self._cfg.schema, problems, "a consumer")
+        await require_schema(functools.partial(self._run, fetch=True), self._cfg.schema, NEEDS,
+                             "a consumer")
         await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))

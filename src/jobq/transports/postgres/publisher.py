@@ -20,7 +20,7 @@ from jobq.config import LimitsConfig, PostgresConfig
 from jobq.errors import MalformedJob, QueueFull
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
-from jobq.transports.postgres.admin import require_schema
+from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Queries
 
@@ -52,7 +52,8 @@ class PostgresPublisher:
 
     async def open(self) -> None:
         """Check the schema is there (the pool is opened by the container)."""
-        await require_schema(self._pool, self._schema, {"jobs": "SELECT,INSERT"}, "a producer")
+        await require_schema(pool_fetch(self._pool, self._q), self._schema, {"jobs": "SELECT,INSERT"},
+                             "a producer")
 
     async def close(self) -> None:
         """Nothing to flush: every enqueue commits before it returns."""

@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import TransportError
 from jobq.job import Delivery
-from jobq.transports.postgres.admin import require_schema
+from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
@@ -93,7 +93,8 @@ class PgTransactionTransport:
                 "each running job holds a connection, and picks need one more, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
-        await require_schema(self._pool, self._cfg.schema, NEEDS, "a transaction-mode consumer")
+        await require_schema(pool_fetch(self._pool, Queries(self._cfg.schema)), self._cfg.schema, NEEDS,
+                             "a transaction-mode consumer")
         with translated("postgres connect"):
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)

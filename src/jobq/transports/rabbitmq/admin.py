@@ -8,8 +8,6 @@ walking channel closes. AMQP does not expose a queue's unacked count, so ``depth
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,6 +16,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
+from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     ATTEMPTS_USED,
@@ -33,14 +32,6 @@ from jobq.transports.rabbitmq.topology import Topology
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 
 
-def _payload(body: bytes, limit: int = 500) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):  # a dead job may be one that could not be decoded
-        text = body.decode(errors="replace")
-        return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-
 def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
     """A dead message as the same row `jobq dead list` shows for Postgres."""
     headers = message.headers or {}
@@ -54,7 +45,7 @@ def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
         "id": message.message_id, "kind": message.type,
         "attempts": headers.get(ATTEMPTS_USED, headers.get(ATTEMPT)),
         "max_attempts": headers.get(MAX_ATTEMPTS), "last_error": error,
-        "finished_at": headers.get(DEAD_AT, death.get("time")), "payload": _payload(message.body),
+        "finished_at": headers.get(DEAD_AT, death.get("time")), "payload": shown_payload(message.body),
     }
 
 
@@ -62,11 +53,10 @@ class RabbitAdmin:
     """Topology, dead letters and stats for one queue."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 logger: logging.Logger | None = None, max_pending: int = 0) -> None:
+                 max_pending: int = 0) -> None:
         self._link = link
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)
-        self._log = logger or logging.getLogger("jobq.admin")
 
     async def init(self) -> str:
         """Declare the topology (idempotent); return a one-line summary of it."""

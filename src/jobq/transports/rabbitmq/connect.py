@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from urllib.parse import urlsplit
 
 import aio_pika
@@ -15,7 +15,8 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost, TransportError
+from jobq.errors import ConnectionLost
+from jobq.transports import common
 
 # What "the link to the broker broke" looks like from aio-pika and aiormq.
 LINK_ERRORS: tuple[type[BaseException], ...] = (
@@ -34,25 +35,19 @@ def server_address(url: str) -> str:
         port = parts.port
     except ValueError:
         return "<invalid url>"
-    default = 5671 if parts.scheme == "amqps" else 5672
-    return f"{parts.hostname or 'localhost'}:{port or default}"
+    return common.server_address(parts.hostname, port, 5671 if parts.scheme == "amqps" else 5672)
 
 
 def describe_amqp(exc: BaseException) -> str:
     """A one-line text for a driver error (aiormq puts the broker's reply in ``args[0]``)."""
-    text = " ".join(str(exc.args[0] if exc.args else exc).split())
+    text = common.one_line(exc.args[0] if exc.args else exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-@contextlib.contextmanager
-def translated(what: str) -> Iterator[None]:
+def translated(what: str) -> AbstractContextManager[None]:
     """Turn driver errors into jobq's: ConnectionLost when the link broke, else TransportError."""
-    try:
-        yield
-    except LINK_ERRORS as exc:
-        raise ConnectionLost(f"{what}: {describe_amqp(exc)}") from exc
-    except (aiormq.exceptions.AMQPError, RuntimeError) as exc:
-        raise TransportError(f"{what}: {describe_amqp(exc)}") from exc
+    return common.translating(what, lost=LINK_ERRORS, failed=(aiormq.exceptions.AMQPError, RuntimeError),
+                              describe=describe_amqp)
 
 
 class RabbitLink:

@@ -75,3 +75,10 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {attempts} (
 CREATE INDEX IF NOT EXISTS jobs_running_queue_idx ON {jobs} (queue) WHERE status = 'running';
 DROP INDEX IF EXISTS {running_idx};
 ALTER TABLE {jobs} SET (fillfactor = 90);
+
+-- migration: 4 drop the attempt log
+-- Transaction mode counts each start on the job's own row since picks became one statement per
+-- batch (docs/claim-modes.md), so no statement reads or writes migration 2's table any more.
+-- A transaction-mode consumer of a build older than that still writes it and would fail its
+-- claims: stop those before upgrading (they must be stopped before migration 3 anyway).
+DROP TABLE IF EXISTS {attempts};
