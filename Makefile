@@ -19,6 +19,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks faults tools
 	$(PY) -m mypy src
+	$(VENV)/bin/lint-imports --no-cache
 
 # Two workers (every test has its own schema or queues), then alone what disturbs the servers
 # for everyone (the broker restart test).
