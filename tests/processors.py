@@ -93,3 +93,15 @@ def effect(table: str, fail_kind: str = "", sleep_ms: float = 0.0) -> Any:
 async def deallocate(job: Job) -> None:
     """Drop every prepared statement of the job's connection, as a pooler's reset would."""
     await job.context.execute("DEALLOCATE ALL")
+
+
+def poison(directory: str, kind: str = "poison") -> Any:
+    """Kill the process (as a segfault would) on jobs of ``kind``; record the others (``record``)."""
+    innocent = record(directory)
+
+    async def handle(job: Job) -> None:
+        if job.kind == kind:
+            os._exit(137)
+        await innocent(job)
+
+    return handle
