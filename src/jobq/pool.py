@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError
+from jobq.errors import JobTimeout, MalformedJob, SettleRejected, ShutdownInterrupted, TransportError
 from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
 from jobq.retry import RetryPolicy, describe
@@ -306,8 +306,11 @@ class WorkerPool:
         reason = ""
         try:
             if error is None:
-                await self._transport.ack(delivery)
-            else:
+                try:
+                    await self._transport.ack(delivery)
+                except SettleRejected as rejected:  # it failed after all: decided as a failure
+                    error = rejected.cause
+            if error is not None:
                 decision = self._policy.decide(error, job)
                 reason = decision.reason
                 if decision.retry:
