@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from jobq import Job, PermanentError, Retry
@@ -93,3 +95,56 @@ def effect(table: str, fail_kind: str = "", sleep_ms: float = 0.0) -> Any:
 async def deallocate(job: Job) -> None:
     """Drop every prepared statement of the job's connection, as a pooler's reset would."""
     await job.context.execute("DEALLOCATE ALL")
+
+
+def end_transaction(table: str, how: str, fail: str = "") -> Any:
+    """Write an effect through ``job.context``, then end the job's transaction as a careless
+    handler (or an ORM) would: ``how`` is ``commit`` or ``rollback`` (the connection's methods)
+    or ``execute`` (a COMMIT statement); with ``fail``, raise afterwards."""
+    schema, _, name = table.rpartition(".")
+    insert = sql.SQL("INSERT INTO {} (job_id, attempt) VALUES (%s, %s)").format(
+        sql.Identifier(schema, name))
+
+    async def handle(job: Job) -> None:
+        await job.context.execute(insert, (int(job.id), job.attempt))
+        if how == "execute":
+            await job.context.execute("COMMIT")
+        else:
+            await getattr(job.context, how)()
+        if fail:
+            raise ValueError(f"failed after {how} of the job's transaction")
+
+    return handle
+
+
+def fail_at_commit(how: str, table: str = "") -> Any:
+    """Return normally from a job whose COMMIT then fails: ``how`` is ``deferred`` (a row that
+    breaks a DEFERRABLE INITIALLY DEFERRED foreign key of ``table``) or ``idle`` (the server
+    ends the session: idle_in_transaction_session_timeout) or ``swallowed`` (a statement
+    fails and the handler swallows its error, leaving the transaction aborted)."""
+    schema, _, name = table.rpartition(".")
+    insert = sql.SQL("INSERT INTO {} (parent) VALUES (%s)").format(sql.Identifier(schema, name))
+
+    async def handle(job: Job) -> None:
+        if how == "deferred":
+            await job.context.execute(insert, (-int(job.id) % 1000,))
+        elif how == "swallowed":
+            with contextlib.suppress(psycopg.Error):
+                await job.context.execute("SELECT 1 / 0")
+        else:
+            await job.context.execute("SET LOCAL idle_in_transaction_session_timeout = 100")
+            await asyncio.sleep(0.5)
+
+    return handle
+
+
+def poison(directory: str, kind: str = "poison") -> Any:
+    """Kill the process (as a segfault would) on jobs of ``kind``; record the others (``record``)."""
+    innocent = record(directory)
+
+    async def handle(job: Job) -> None:
+        if job.kind == kind:
+            os._exit(137)
+        await innocent(job)
+
+    return handle

@@ -11,6 +11,7 @@ from jobq.errors import (
     PermanentError,
     QueueFull,
     Retry,
+    TransactionOwned,
     TransportError,
     UnknownKind,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "PermanentError",
     "QueueFull",
     "Retry",
+    "TransactionOwned",
     "TransportError",
     "UnknownKind",
 ]

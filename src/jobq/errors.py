@@ -26,6 +26,26 @@ class ConnectionLost(TransportError):
     """The connection to the backend dropped or could not be made; retried with backoff."""
 
 
+class SettleRejected(JobqError):
+    """An ack the backend refused because of the job itself: ``cause`` is the job's failure.
+
+    Not a TransportError: the job did not succeed after all (in Postgres transaction mode its
+    transaction could not commit), so the pool settles it as failed with ``cause``.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(str(cause))
+
+
+class TransactionOwned(JobqError):
+    """A handler tried to end the job's transaction, or did; jobq ends it with the settle."""
+
+
+class CommitFailed(JobqError):
+    """The job's transaction could not commit (a deferred constraint, the session ended, ...)."""
+
+
 class QueueFull(JobqError):
     """The queue is at its configured maximum depth and stayed so until the enqueue timeout.
 

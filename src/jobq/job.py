@@ -16,7 +16,8 @@ class Job:
     ``attempt`` is 1 on the first delivery and counts every delivery since, crash
     redeliveries included. ``id`` is stable across redeliveries: use it for idempotency.
     ``context`` is backend-specific and optional: in Postgres transaction mode it is the
-    ``psycopg.AsyncConnection`` whose transaction commits together with the ack.
+    ``psycopg.AsyncConnection`` whose transaction commits together with the ack, wrapped so
+    that the handler cannot commit, roll back or close it (savepoints are fine).
     """
 
     id: str

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobq.backoff import Backoff, pause
-from jobq.errors import JobTimeout, MalformedJob, ShutdownInterrupted, TransportError, describe
+from jobq.errors import (
+    JobTimeout,
+    MalformedJob,
+    SettleRejected,
+    ShutdownInterrupted,
+    TransportError,
+    describe,
+)
 from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
 from jobq.retry import RetryPolicy
@@ -332,8 +339,11 @@ class WorkerPool:
         reason = ""
         try:
             if error is None:
-                await self._transport.ack(delivery)
-            else:
+                try:
+                    await self._transport.ack(delivery)
+                except SettleRejected as rejected:  # it failed after all: decided as a failure
+                    error = rejected.cause
+            if error is not None:
                 decision = self._policy.decide(error, job)
                 reason = decision.reason
                 if decision.retry:

@@ -34,7 +34,13 @@ class Transport(Protocol):
         """
 
     async def ack(self, delivery: Delivery) -> None:
-        """The job succeeded: remove it from the queue (may be batched)."""
+        """The job succeeded: remove it from the queue (may be batched).
+
+        Raises SettleRejected when the backend finds that the job failed after all (Postgres
+        transaction mode: its transaction could not commit, or the handler ended it). The
+        delivery is then still unsettled, and the caller must settle it with ``retry`` or
+        ``dead_letter`` as for a handler that raised ``SettleRejected.cause``.
+        """
 
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Run the job again, not before ``delay`` seconds from now."""

@@ -56,6 +56,8 @@ class Claim:
 
     conn: Conn
     job_id: int
+    attempt: int  # the row's attempts as its pick counted them: the fence of a later write
+    ended: tuple[str, ...] = ()  # once the transaction ended without jobq: states the row may be in
 
 
 class ClaimStatement:

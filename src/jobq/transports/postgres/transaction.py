@@ -1,14 +1,18 @@
 """PostgreSQL transport, transaction mode: the classic SKIP LOCKED sweep, effects exactly once.
 
 Each job runs in the transaction that locked its row; the delivery carries that connection as
-``job.context``. A pick takes the next jobs past the sweep's cursor, one per free worker, and
-counts their starts in a statement that commits at once (pg_claim). Each job is then taken
-in one round trip: BEGIN, lock it (marking it done, still uncommitted), SAVEPOINT. Success is a
-bare COMMIT, so the handler's writes and the job's ``done`` appear together. A failure rolls
-back to the savepoint and records itself in the same transaction; a crash rolls everything
-back and frees the row once the server sees the connection gone (or, within two seconds of
-the pick, when those are over), its start still counted. Picks may run concurrently; after
-one found nothing they ask for one job, doubling as they find as many as they asked for.
+``job.context``, wrapped so that it cannot end the transaction (job_connection.py). A pick
+takes the next jobs past the sweep's cursor, one per free worker, and counts their starts in a
+statement that commits at once (pg_claim). Each job is then taken in one round trip: BEGIN,
+lock it (marking it done, still uncommitted), SAVEPOINT. Success is a bare COMMIT, so the
+handler's writes and the job's ``done`` appear together. A failure rolls back to the savepoint
+and records itself in the same transaction; a crash rolls everything back and frees the row
+once the server sees the connection gone (or, within two seconds of the pick, when those are
+over), its start still counted. A job whose transaction ended without jobq (the handler ended
+it, or its COMMIT failed) fails like any other: the ack raises SettleRejected, and the pool's
+retry or dead-letter is written in a transaction of its own, fenced to the attempt. Picks may
+run concurrently; after one found nothing they ask for one job, doubling as they find as many
+as they asked for.
 docs/claim-modes.md says when to use this mode.
 """
 
@@ -22,23 +26,29 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import psycopg
+from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import TransportError
+from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
 from jobq.job import Delivery
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.job_connection import HOW, JobConnection
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 NEEDS = {"jobs": "SELECT,UPDATE"}  # docs/security.md
-STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start")
+STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
+ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
+         "job.context), so the job's outcome could not commit with it; " + HOW)
+ABORTED = ("the job's transaction was aborted by a statement that failed in the handler, and the "
+           "handler returned normally: its writes cannot commit (re-raise database errors)")
 
 
 class PgTransactionTransport:
@@ -164,16 +174,34 @@ class PgTransactionTransport:
             self._dry = False
 
     async def ack(self, delivery: Delivery) -> None:
-        """Mark the job done and commit: the handler's writes commit with it."""
+        """Commit: the job's done mark and the handler's writes together.
+
+        SettleRejected if they cannot commit; the delivery is then still the pool's to settle.
+        """
         claim: Claim = delivery.handle
-        async with self._settling(claim, "ack"):
-            if claim.conn.info.transaction_status != TransactionStatus.INTRANS:
-                raise TransportError(
-                    f"postgres ack: job {claim.job_id}'s transaction was aborted by a failed "
-                    "statement or ended by the handler, so its writes cannot commit; it runs again "
-                    "in a later sweep (a handler must re-raise database errors, and must not "
-                    "commit or roll back job.context)")
-            await claim.conn.commit()  # txn_take marked it done already
+        rejected = self._unfinished(claim)
+        if rejected is None:
+            try:
+                await claim.conn.commit()  # txn_take marked it done already
+            except psycopg.Error as exc:
+                claim.ended = ("pending",)  # rolled back (or, the link lost, maybe committed)
+                rejected = CommitFailed(f"the job's COMMIT failed: {type(exc).__name__}: "
+                                        f"{' '.join(str(exc).split())}")
+            finally:
+                if rejected is None:
+                    await self._settled(claim)
+        if rejected is not None:
+            raise SettleRejected(rejected)
+
+    def _unfinished(self, claim: Claim) -> JobqError | None:
+        """Why the job's transaction cannot commit as the job's outcome, if it cannot."""
+        status = claim.conn.info.transaction_status
+        if status == TransactionStatus.INTRANS:
+            return None
+        if status == TransactionStatus.INERROR:  # the savepoint is still there: a plain failure
+            return CommitFailed(ABORTED)
+        claim.ended = ("done", "pending")
+        return TransactionOwned(ENDED)
 
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Roll the handler's writes back; back to pending, due ``delay`` seconds from now."""
@@ -192,9 +220,27 @@ class PgTransactionTransport:
         # Back to the savepoint taken with the claim: the handler's writes are undone, the
         # row stays locked while the failure is written, and all of it is one round trip.
         async with self._settling(claim, "retry" if status == "pending" else "dead"):
-            await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, {
-                "id": claim.job_id, "status": status,
-                "delay": delay, "reason": reason})
+            params = {"id": claim.job_id, "status": status, "delay": delay, "reason": reason}
+            if not claim.ended and claim.conn.info.transaction_status in OPEN:
+                try:
+                    await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, params)
+                    return
+                except errors.InvalidSavepointSpecification:  # the handler ended it, began anew
+                    pass
+            claim.ended = claim.ended or ("done", "pending")
+            await self._fail_apart(claim, params)
+
+    async def _fail_apart(self, claim: Claim, params: dict[str, Any]) -> None:
+        """The failure of a job whose transaction ended without jobq, in a transaction of its own."""
+        await self._give_back(claim.conn)  # its transaction is not the job's (or broken): another
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(self._sql["txn_fail_apart"], {
+                **params, "worker": self._worker, "attempt": claim.attempt,
+                "states": list(claim.ended)})
+        if cur.rowcount == 0:
+            self._log.warning("job %d: its failure was not recorded: the job is no longer as its "
+                              "attempt %d left it (its COMMIT went through after all, or another "
+                              "consumer picked it since)", claim.job_id, claim.attempt)
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
@@ -216,9 +262,12 @@ class PgTransactionTransport:
             with translated(f"postgres {what}"):
                 yield
         finally:
-            self._delivered -= 1
-            await self._give_back(claim.conn)
-            self._wake.set()  # a receive waiting for a free worker slot may go on
+            await self._settled(claim)
+
+    async def _settled(self, claim: Claim) -> None:
+        self._delivered -= 1
+        await self._give_back(claim.conn)
+        self._wake.set()  # a receive waiting for a free worker slot may go on
 
     def _notify(self) -> None:
         """A NOTIFY for the queue (or the LISTEN connection is back): new jobs may be due."""
@@ -325,8 +374,8 @@ class PgTransactionTransport:
             await self._bury(conn, job_id, attempt - 1)
             return None
         delivery = row_to_delivery(row[:7], self._queue, self._limits)
-        delivery.job = dataclasses.replace(delivery.job, context=conn)
-        delivery.handle = Claim(conn, job_id)
+        delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn))
+        delivery.handle = Claim(conn, job_id, attempt)
         return delivery
 
     async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:

@@ -207,6 +207,24 @@ UPDATE {jobs}
 -- name: txn_commit
 COMMIT;
 
+-- name: txn_fail_apart
+-- The failure of a job whose transaction ended without jobq: the handler ended it (a COMMIT or
+-- ROLLBACK statement through job.context), or its COMMIT failed (a deferred constraint, the
+-- session ended by idle_in_transaction_session_timeout). Recorded as txn_fail would, in a
+-- transaction of its own (autocommit), and only on the row as this attempt left it: picked by
+-- this consumer (locked_by) for this attempt (attempts; a pick since has counted another), in
+-- one of %(states)s: 'pending' where the job's transaction rolled back, 'done' too where the
+-- handler may have committed it, for failed work must not stay done. A COMMIT that failed
+-- with the link lost may have gone through: that row is done, and stays done.
+UPDATE {jobs}
+   SET status = %(status)s::text,
+       run_at = clock_timestamp() + make_interval(secs => %(delay)s),
+       last_error = %(reason)s,
+       locked_until = NULL,
+       finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
+ WHERE id = %(id)s AND locked_by = %(worker)s AND attempts = %(attempt)s
+   AND status = ANY(%(states)s::text[]);
+
 -- name: txn_bury
 -- In the transaction of a take whose pick found every attempt already used by consumers
 -- that died mid-job (their transactions rolled back; only the picks' counts stayed): dead,

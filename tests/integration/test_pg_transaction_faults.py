@@ -1,0 +1,137 @@
+"""Transaction mode with handlers that misuse the job's transaction, COMMITs that fail, and a
+job that kills its consumer: each ends as a failure of its own, explained, never buried unrun."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from jobq.transports.postgres.claims import GRACE
+from tests.conftest import fetch, pg_args, run_cli, schema_env
+from tests.integration.test_pg_transaction import TXN, effects, effects_table, table
+from tests.integration.test_postgres import produce, status_counts
+from tests.processors import completions
+
+FIX = "use `async with job.context.transaction():` for a savepoint"
+
+
+def job_row(dsn: str, schema: str) -> tuple[object, ...]:
+    """status, attempts, last_error and seconds from now to run_at of the only job."""
+    rows = fetch(dsn, sql.SQL("SELECT status, attempts, last_error, "
+                              "extract(epoch FROM run_at - now()) FROM {}").format(table(schema)))
+    assert len(rows) == 1
+    return rows[0]
+
+
+def fetch_none(dsn: str, statement: sql.Composable) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def consume(queue: str, schema: str, *args: str, **env: str) -> str:
+    """One ``consumer --once`` in transaction mode; its stderr (it must exit 0)."""
+    result = run_cli("consumer", *pg_args(queue), *TXN, "--once", "-n", "1", *args,
+                     env=schema_env(schema, JOBQ_RETRY__JITTER="false", **env), timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("fail", ["", "fail"])
+@pytest.mark.parametrize("how", ["commit", "rollback"])
+def test_commit_and_rollback_of_job_context_are_refused_naming_the_way(
+        pg_dsn: str, schema: str, queue_name: str, how: str, fail: str) -> None:
+    target = effects_table(pg_dsn, schema)
+    produce(schema, queue_name, 1, "--max-attempts", "3")
+    consume(queue_name, schema, "-p", "tests.processors:end_transaction", "-a", f"table={target}",
+            "-a", f"how={how}", "-a", f"fail={fail}", JOBQ_RETRY__BASE_DELAY="30")
+    status, attempts, error, wait = job_row(pg_dsn, schema)
+    assert (status, attempts) == ("pending", 1)  # retried, never done
+    assert f"TransactionOwned: job.context.{how}() is refused" in str(error), error
+    assert FIX in str(error)
+    assert 25 < float(wait) <= 30  # type: ignore[arg-type]  # with the policy's backoff
+    assert sum(effects(pg_dsn, schema).values()) == 0  # the handler's write rolled back
+
+
+@pytest.mark.parametrize("fail", ["", "fail"])
+def test_a_commit_statement_through_job_context_is_a_failure_never_done(
+        pg_dsn: str, schema: str, queue_name: str, fail: str) -> None:
+    # A COMMIT the proxy cannot see: the job's done mark is committed with the handler's write.
+    target = effects_table(pg_dsn, schema)
+    produce(schema, queue_name, 1, "--max-attempts", "2")
+    env = {"JOBQ_RETRY__BASE_DELAY": "0"}
+    args = ("-p", "tests.processors:end_transaction", "-a", f"table={target}",
+            "-a", "how=execute", "-a", f"fail={fail}")
+    consume(queue_name, schema, *args, **env)
+    status, attempts, error, _ = job_row(pg_dsn, schema)
+    assert (status, attempts) == ("pending", 1), error  # corrected: failed work is not done
+    expected = ("ValueError: failed after execute" if fail
+                else "TransactionOwned: the handler ended the job's transaction")
+    assert expected in str(error), error
+    consume(queue_name, schema, *args, **env)
+    status, attempts, error, _ = job_row(pg_dsn, schema)
+    assert (status, attempts) == ("dead", 2), error
+    assert "gave up after 2 of 2 attempts" in str(error)
+    assert sum(effects(pg_dsn, schema).values()) == 2  # committed by the handler: not undoable
+
+
+@pytest.mark.parametrize("how", ["deferred", "idle", "swallowed"])
+def test_a_failed_commit_is_retried_with_backoff_then_dead_with_its_real_error(
+        pg_dsn: str, schema: str, queue_name: str, how: str) -> None:
+    parents, children = table(schema, "parents"), table(schema, "children")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
+        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
+                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    produce(schema, queue_name, 1, "--max-attempts", "3")
+    args = ("-p", "tests.processors:fail_at_commit", "-a", f"how={how}",
+            "-a", f"table={schema}.children")
+    real = {"deferred": "ForeignKeyViolation: insert or update on table \"children\" violates",
+            "idle": "IdleInTransactionSessionTimeout: terminating connection due to idle-in",
+            "swallowed": "CommitFailed: the job's transaction was aborted by a statement that "
+                         "failed in the handler"}[how]
+    consume(queue_name, schema, *args, JOBQ_RETRY__BASE_DELAY="2")
+    status, attempts, error, wait = job_row(pg_dsn, schema)
+    assert (status, attempts) == ("pending", 1), error
+    assert real in str(error), error
+    assert 0 < float(wait) <= 2  # type: ignore[arg-type]  # backoff: base_delay after attempt 1
+    due = sql.SQL("UPDATE {} SET run_at = now()").format(table(schema))
+    for _ in range(4):
+        fetch_none(pg_dsn, due)  # the backoff was seen: skip the waits
+        consume(queue_name, schema, *args, JOBQ_RETRY__BASE_DELAY="2")
+        if job_row(pg_dsn, schema)[0] == "dead":
+            break
+    status, attempts, error, _ = job_row(pg_dsn, schema)
+    assert (status, attempts) == ("dead", 3), error
+    assert real in str(error) and "gave up after 3 of 3 attempts" in str(error), error
+    assert "consumer died" not in str(error)
+    assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
+
+
+def test_a_job_that_kills_its_consumer_ends_dead_alone_its_batch_mates_done(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    produce(schema, queue_name, 10, "--max-attempts", "3")
+    produce(schema, queue_name, 1, "--kind", "poison", "--max-attempts", "3")
+    produce(schema, queue_name, 10, "--max-attempts", "3")
+    exits = []
+    for _ in range(8):
+        result = run_cli("consumer", *pg_args(queue_name), *TXN, "--once", "-n", "1",
+                         "-p", "tests.processors:poison", "-a", f"directory={tmp_path}",
+                         env=schema_env(schema), timeout=60)
+        exits.append(result.returncode)
+        if result.returncode == 0 and "pending" not in status_counts(pg_dsn, schema, queue_name):
+            break
+        time.sleep(GRACE)  # a job picked by a process that died is passed over for that long
+    assert exits.count(137) == 3, exits  # one death per attempt of the poison job, no more
+    rows = fetch(pg_dsn, sql.SQL("SELECT kind, status, attempts, last_error FROM {}")
+                 .format(table(schema)))
+    [(_, status, attempts, error)] = [r for r in rows if r[0] == "poison"]
+    assert (status, attempts) == ("dead", 3)
+    assert "the consumer died or lost its connection during each of its 3 attempts" in str(error)
+    innocent = [r for r in rows if r[0] != "poison"]
+    assert len(innocent) == 20
+    assert all(r[1:3] == ("done", 1) for r in innocent), innocent  # one run each, no attempt spent
+    assert len(completions(tmp_path)) == 20
