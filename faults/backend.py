@@ -2,7 +2,7 @@
 
 The runner (faults/suite.py) is the same for every transport; a backend (faults/postgres.py,
 faults/rabbitmq.py) knows how to start its consumers, how to restart its server, and how to
-read which jobs ended dead.
+read where every job ended (done, dead, or still queued) from the backend's own state.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Protocol
 
 from jobq.api import connect_publisher
-from jobq.config import Settings
+from jobq.cli import OVERRIDES, consumer_parser
+from jobq.config import Settings, load_settings
+from jobq.container import rmq_prefetch
 from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +40,7 @@ class Options:
     lease: float = 5.0
     timeout: float = 600.0
     keep: bool = False
+    repeat: int = 1
 
 
 @dataclass
@@ -47,6 +50,15 @@ class FinalState:
     done: set[str] = field(default_factory=set)
     dead: dict[str, str] = field(default_factory=dict)  # id -> reason
     unfinished: int = 0  # jobs neither done nor dead (still pending, running, queued)
+    problems: list[str] = field(default_factory=list)  # the backend's counters disagree
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One round of cut connections: how many, and how many distinct consumers they served."""
+
+    connections: int = 0
+    consumers: int = 0
 
 
 class Backend(Protocol):
@@ -56,7 +68,8 @@ class Backend(Protocol):
 
     def setup(self) -> None: ...
 
-    def consumer_command(self, record_dir: Path, options: Options) -> tuple[list[str], dict[str, str]]: ...
+    def consumer_command(self, record_dir: Path, options: Options, index: int
+                         ) -> tuple[list[str], dict[str, str]]: ...
 
     async def enqueue(self, count: int) -> list[str]: ...
 
@@ -64,9 +77,9 @@ class Backend(Protocol):
 
     def restart_server(self) -> None: ...
 
-    def disrupt(self) -> int: ...
+    def disrupt(self, pids: set[int]) -> Cut: ...
 
-    def final_state(self) -> FinalState: ...
+    def final_state(self, accepted: list[str]) -> FinalState: ...
 
     def ensure_up(self) -> None: ...
 
@@ -98,6 +111,21 @@ def base_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
+
+
+def consumer_settings(argv: list[str], env: dict[str, str]) -> Settings:
+    """The settings a consumer started with ``argv`` and ``env`` runs with, read as jobq.cli does."""
+    args = consumer_parser().parse_args(argv[1:])
+    overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
+                 if getattr(args, dest, None) is not None and getattr(args, dest) is not False}
+    return load_settings(args.config, overrides, env=env)
+
+
+def capacity(settings: Settings) -> int:
+    """What one consumer can hold at once: the RabbitMQ prefetch, else concurrency + buffer."""
+    if settings.transport == "rabbitmq":
+        return rmq_prefetch(settings)
+    return settings.consumer.concurrency + settings.consumer.buffer_size
 
 
 def record_args(record_dir: Path, options: Options) -> list[str]:

@@ -11,7 +11,17 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo, sql
 
-from faults.backend import BIN, ROOT, FinalState, Options, base_env, enqueue_numbered, record_args, wait_tcp
+from faults.backend import (
+    BIN,
+    ROOT,
+    Cut,
+    FinalState,
+    Options,
+    base_env,
+    enqueue_numbered,
+    record_args,
+    wait_tcp,
+)
 from jobq.config import load_settings
 
 TXN_CONCURRENCY = 8  # transaction mode holds a connection per running job: 3 x (8 + 2) of 100
@@ -28,17 +38,18 @@ class PostgresBackend:
         tag = uuid.uuid4().hex[:8]
         self.schema = f"chaos_{tag}"
         self.queue = "chaos"
-        self.app = f"jobq-chaos-{tag}"  # application_name marks our consumers' backends
+        # application_name marks our consumers' backends, and (by its suffix) which consumer.
+        self.app = f"jobq-chaos-{tag}"
         info = conninfo.conninfo_to_dict(dsn)
         self.host, self.port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
 
     def _config(self) -> list[str]:
         return ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", self.queue]
 
-    def _env(self, options: Options | None = None) -> dict[str, str]:
+    def _env(self, options: Options | None = None, index: int = 0) -> dict[str, str]:
         lease = options.lease if options else 60.0
         return base_env(
-            JOBQ_PG_DSN=conninfo.make_conninfo(self.dsn, application_name=self.app),
+            JOBQ_PG_DSN=conninfo.make_conninfo(self.dsn, application_name=f"{self.app}-c{index}"),
             JOBQ_POSTGRES__SCHEMA=self.schema, JOBQ_POSTGRES__CLAIM=self.claim,
             JOBQ_POSTGRES__LEASE=str(lease), JOBQ_POSTGRES__RESCUE_INTERVAL="1",
             JOBQ_CONNECT__ATTEMPTS="40", JOBQ_CONNECT__BACKOFF_BASE="0.2",
@@ -51,12 +62,13 @@ class PostgresBackend:
         if done.returncode != 0:
             raise RuntimeError(f"jobq init failed: {done.stderr}")
 
-    def consumer_command(self, record_dir: Path, options: Options) -> tuple[list[str], dict[str, str]]:
-        """The consumer command line and environment."""
+    def consumer_command(self, record_dir: Path, options: Options, index: int
+                         ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of consumer number ``index``."""
         if self.claim == "transaction":  # the shared server allows 100 connections in all
             options = dataclasses.replace(options, concurrency=min(options.concurrency, TXN_CONCURRENCY))
         return ([str(BIN / "consumer"), *self._config(), *record_args(record_dir, options)],
-                self._env(options))
+                self._env(options, index))
 
     async def enqueue(self, count: int) -> list[str]:
         """Enqueue ``count`` jobs through the Python API; the ids it returned are the record."""
@@ -93,16 +105,25 @@ class PostgresBackend:
                        check=True, capture_output=True, timeout=120)
         wait_tcp(self.host, self.port, 60)
 
-    def disrupt(self) -> int:
-        """pg_terminate_backend on every backend of our consumers; how many were cut."""
+    def disrupt(self, pids: set[int]) -> Cut:
+        """pg_terminate_backend on every backend of our consumers (``pids``: not needed here)."""
         try:
-            return self._count(sql.SQL(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = %s AND pid <> pg_backend_pid()"), (self.app,))
-        except psycopg.Error:
-            return 0
+            # Materialized, so that pg_terminate_backend only ever sees our backends: in one
+            # WHERE the planner may evaluate it before the name test.
+            rows = self._query(sql.SQL(
+                "WITH ours AS MATERIALIZED (SELECT pid, application_name FROM pg_stat_activity "
+                "  WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid()), "
+                "cut AS MATERIALIZED (SELECT application_name, pg_terminate_backend(pid) AS ok "
+                "  FROM ours) "
+                "SELECT count(*), count(DISTINCT application_name) FROM cut WHERE ok"),
+                (f"{self.app}-",))
+        except psycopg.Error:  # the server is restarting: nothing to cut this round
+            return Cut()
+        cut, consumers = rows[0]
+        assert isinstance(cut, int) and isinstance(consumers, int)
+        return Cut(cut, consumers)
 
-    def final_state(self) -> FinalState:
+    def final_state(self, accepted: list[str]) -> FinalState:
         """Status of every job of the queue."""
         state = FinalState()
         rows = self._query(sql.SQL("SELECT id::text, status, last_error FROM {}").format(self._jobs()))

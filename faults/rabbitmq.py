@@ -1,20 +1,28 @@
-"""The fault suite's RabbitMQ backend (quorum or classic work queue) on a queue of its own."""
+"""The fault suite's RabbitMQ backend (quorum or classic work queue) on a queue of its own.
+
+Every check reads the broker's own state: queue counters from `rabbitmqctl list_queues` (its
+exit code checked, the run's queues required in the listing), ids by walking the queues. A
+read that fails fails the run; it never counts as "nothing there".
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aio_pika
 
 from faults.backend import (
     BIN,
     ROOT,
+    Cut,
     FinalState,
     Options,
     base_env,
@@ -25,12 +33,25 @@ from faults.backend import (
 from jobq.config import load_settings
 
 AMQP_URL = os.environ.get("JOBQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-TIERS = (1.0, 5.0, 30.0, 300.0)
+COUNTERS = ("messages", "messages_ready", "messages_unacknowledged")
+CONNECTION_NAME = re.compile(r'\{"connection_name","([^"]*)"\}')
 
 
 def rabbitmqctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run rabbitmqctl (quietly)."""
     return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def rabbitmqctl_rows(*args: str, timeout: float = 60) -> list[list[str]]:
+    """The tab-separated rows of a rabbitmqctl listing; RuntimeError when it fails."""
+    try:
+        done = rabbitmqctl(*args, "-q", "--no-table-headers", timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args)}: no answer in {timeout:g}s") from exc
+    if done.returncode != 0:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed (exit {done.returncode}): "
+                           f"{done.stderr.strip() or done.stdout.strip()}")
+    return [line.split("\t") for line in done.stdout.splitlines() if line.strip()]
 
 
 class RabbitBackend:
@@ -43,7 +64,11 @@ class RabbitBackend:
         self.queue = f"chaos-{queue_type}-{uuid.uuid4().hex[:8]}"
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 5672
+        self.vhost = unquote(parts.path[1:]) or "/"
         self._config = ["--config", str(ROOT / "configs" / "rabbitmq.yaml"), "--queue", self.queue]
+        tiers = load_settings(ROOT / "configs" / "rabbitmq.yaml", env={}).rabbitmq.retry_tiers
+        self.work = (self.queue, *(f"{self.queue}.retry.{t:g}" for t in tiers))
+        self.dead = f"{self.queue}.dead"
 
     def _env(self) -> dict[str, str]:
         return base_env(JOBQ_AMQP_URL=self.url, JOBQ_RABBITMQ__QUEUE_TYPE=self.queue_type,
@@ -61,8 +86,9 @@ class RabbitBackend:
         """Declare the topology with `jobq init`."""
         self._jobq("init")
 
-    def consumer_command(self, record_dir: Path, options: Options) -> tuple[list[str], dict[str, str]]:
-        """The consumer command line and environment."""
+    def consumer_command(self, record_dir: Path, options: Options, index: int
+                         ) -> tuple[list[str], dict[str, str]]:
+        """The consumer command line and environment (the same for every ``index``)."""
         return [str(BIN / "consumer"), *self._config, *record_args(record_dir, options)], self._env()
 
     async def enqueue(self, count: int) -> list[str]:
@@ -72,24 +98,31 @@ class RabbitBackend:
             "log.level": "warning"}, env={})
         return await enqueue_numbered(settings, count)
 
+    def _counters(self) -> dict[str, dict[str, int]]:
+        """The broker's counters for each of the run's queues; RuntimeError if it cannot say."""
+        rows = rabbitmqctl_rows("list_queues", "-p", self.vhost, "name", *COUNTERS)
+        ours = {row[0]: dict(zip(COUNTERS, map(int, row[1:]), strict=True))
+                for row in rows if row[0] in (*self.work, self.dead)}
+        missing = sorted((set(self.work) | {self.dead}) - set(ours))
+        if missing:
+            raise RuntimeError(f"rabbitmqctl list_queues does not list {missing} in vhost "
+                               f"{self.vhost!r}")
+        return ours
+
     def _messages(self) -> int | None:
-        """Messages (ready + unacknowledged) in the work queue and its retry tiers."""
-        listed = rabbitmqctl("list_queues", "-q", "--no-table-headers", "name", "messages", timeout=30)
-        if listed.returncode != 0:
+        """Messages in the work queue and its retry tiers; None while the broker cannot say."""
+        try:
+            counters = self._counters()
+        except RuntimeError:
             return None
-        total = 0
-        for line in listed.stdout.splitlines():
-            name, _, count = line.rpartition("\t")
-            if name == self.queue or name.startswith(f"{self.queue}.retry."):
-                total += int(count)
-        return total
+        return sum(counters[name]["messages"] for name in self.work)
 
     async def _ready(self) -> int:
         connection = await aio_pika.connect(self.url, timeout=5)
         async with connection:
             channel = await connection.channel()
             total = 0
-            for name in (self.queue, *(f"{self.queue}.retry.{t:g}" for t in TIERS)):
+            for name in self.work:
                 queue = await channel.declare_queue(name, passive=True)
                 total += queue.declaration_result.message_count or 0
             return total
@@ -114,17 +147,66 @@ class RabbitBackend:
             rabbitmqctl("start_app")
         wait_tcp(self.host, self.port, 60)
 
-    def disrupt(self) -> int:
-        """Nothing: connection cuts are the Postgres fault (the broker restart covers RabbitMQ)."""
-        return 0
+    def disrupt(self, pids: set[int]) -> Cut:
+        """Close every AMQP connection of the consumers ``pids`` (named ``jobq <role> host:pid``)."""
+        suffixes = tuple(f":{pid}" for pid in pids)
+        # `name` is the TCP pair; the name the client chose is among its client_properties.
+        rows = [[row[0], match.group(1)]
+                for row in rabbitmqctl_rows("list_connections", "-p", self.vhost, "pid",
+                                            "client_properties")
+                if (match := CONNECTION_NAME.search(row[-1]))]
+        # All at once: each rabbitmqctl takes about a second to start, and the cut should land
+        # on every consumer at the same moment, like a network blip.
+        closing = [(name, subprocess.Popen(
+            ["rabbitmqctl", "close_connection", conn, "jobq fault suite: connection cut"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for conn, name in ((row[0], row[-1]) for row in rows)
+            if name.startswith("jobq ") and name.endswith(suffixes)]
+        cut: collections.Counter[str] = collections.Counter()
+        for name, proc in closing:
+            if proc.wait(timeout=60) == 0:  # else it went away by itself meanwhile
+                cut[name.rpartition(":")[2]] += 1
+        return Cut(sum(cut.values()), len(cut))
 
-    def final_state(self) -> FinalState:
-        """Dead jobs from `jobq dead list`; whatever is still queued is unfinished."""
+    def final_state(self, accepted: list[str]) -> FinalState:
+        """Dead, still queued, and done (the rest accepted), each checked against the counters."""
         state = FinalState()
+        counters = self._counters()
+        unacked = sum(c["messages_unacknowledged"] for c in counters.values())
+        if unacked:
+            state.problems.append(f"{unacked} messages still unacknowledged after every "
+                                  f"consumer stopped: {counters}")
         dead = json.loads(self._jobq("dead", "list", "--json", "--limit", "1000000").stdout)
         state.dead = {str(row["id"]): str(row.get("last_error")) for row in dead}
-        state.unfinished = self._messages() or 0
+        if len(dead) != counters[self.dead]["messages"]:
+            state.problems.append(f"`jobq dead list` shows {len(dead)} dead, the broker counts "
+                                  f"{counters[self.dead]['messages']} in {self.dead}")
+        twice = [i for i, n in collections.Counter(str(row["id"]) for row in dead).items() if n > 1]
+        if twice:
+            state.problems.append(f"dead-lettered more than once (first 10): {twice[:10]}")
+        queued = sum(counters[name]["messages"] for name in self.work)
+        left = asyncio.run(self._queued_ids()) if queued else []
+        if len(left) != queued:
+            state.problems.append(f"walked {len(left)} queued messages, the broker counts {queued}")
+        state.unfinished = queued
+        # The broker keeps nothing of an acked message: done is every accepted job that is
+        # neither dead nor still queued. An ack without a completion then shows as done
+        # without a record (lost work), as on Postgres.
+        state.done = set(accepted) - set(state.dead) - set(left)
         return state
+
+    async def _queued_ids(self) -> list[str]:
+        """The ids of the messages left in the work queue and its tiers; they stay queued."""
+        connection = await aio_pika.connect(self.url, timeout=5)
+        async with connection:
+            ids: list[str] = []
+            for name in self.work:
+                # Taken unacked on a channel of its own: closing it puts them back.
+                async with connection.channel() as channel:
+                    queue = await channel.declare_queue(name, passive=True)
+                    while (message := await queue.get(no_ack=False, fail=False)) is not None:
+                        ids.append(str(message.message_id))
+            return ids
 
     def ensure_up(self) -> None:
         """Start the app again if a restart left it stopped."""
@@ -140,6 +222,6 @@ class RabbitBackend:
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel()
-            for name in (self.queue, f"{self.queue}.dead", *(f"{self.queue}.retry.{t:g}" for t in TIERS)):
+            for name in (*self.work, self.dead):
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.queue}.dlx")

@@ -5,14 +5,19 @@ returned; start three consumers whose processor appends each finished job id to 
 own (tests.processors:record, the independent completion record); then, until every job has
 ended, ``kill -9`` a random consumer every few seconds and start a new one, restart the server
 once (at 30 % progress), and for Postgres cut the consumers' backends with pg_terminate_backend
-every few seconds. The first consumer is never killed (the witness: it lives through every
-fault). At the end the consumers that were never killed must still be alive and exit 0 on
-SIGTERM, and, from the record and the backend's final state: lost (accepted, neither
-recorded nor dead, or done without a record) must be 0, every job must be done or dead, and
-duplicates are counted. One summary line per transport; a JSON and a Markdown report.
+every few seconds, for RabbitMQ close their AMQP connections. The first consumer is never
+killed (the witness: it lives through every fault). At the end the consumers that were never
+killed must still be alive and exit 0 on SIGTERM; from the record and the backend's own final
+state, the pass condition (faults/verdict.py): nothing lost (accepted, neither recorded nor
+dead, or done without a record), every job done or dead, no job dead (none is meant to die),
+none recorded both done and dead, duplicates at most capacity x exposures. A consumer that
+hangs (the run times out, or it outlives SIGTERM) has its stacks (py-spy, SIGUSR1) and log
+tail put in the report before it is killed. One summary line per transport and round; a JSON
+and a Markdown report.
 
     python -m faults                      # everything, 50,000 jobs per transport
     python -m faults --jobs 5000 --transports postgres-lease --no-restart
+    python -m faults --repeat 10          # ten rounds of every transport
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import random
 import shutil
 import signal
@@ -28,12 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from faults.backend import Backend, Options
+from faults import stacks
+from faults.backend import Backend, Options, capacity, consumer_settings
 from faults.postgres import PostgresBackend
 from faults.rabbitmq import RabbitBackend
+from faults.report import Summary, write_report
+from faults.verdict import duplicate_bound, tally
 from tests.processors import completions
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -50,56 +57,25 @@ class Consumer:
     witness: bool = False  # never killed: it must live through every fault and stop cleanly
 
 
-@dataclass
-class Summary:
-    """What one transport's run did and found."""
-
-    transport: str
-    jobs: int = 0
-    kills: int = 0
-    restarts: int = 0
-    terminated_backends: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    dead: int = 0
-    unfinished: int = 0
-    wall_s: float = 0.0
-    survivors: int = 0
-    survivors_exit_0: int = 0
-    dead_reasons: dict[str, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """Nothing lost, everything ended, every survivor alive and clean."""
-        return (not self.problems and self.lost == 0 and self.unfinished == 0
-                and self.survivors == self.survivors_exit_0)
-
-    def line(self) -> str:
-        """The one summary line printed per transport."""
-        return (f"chaos {self.transport}: jobs={self.jobs} kills={self.kills} "
-                f"restarts={self.restarts} terminated_backends={self.terminated_backends} "
-                f"lost={self.lost} duplicates={self.duplicates} dead={self.dead} "
-                f"unfinished={self.unfinished} survivors_exit_0={self.survivors_exit_0}/"
-                f"{self.survivors} wall={self.wall_s:.1f}s {'OK' if self.ok else 'FAILED'}")
-
-
 class Run:
     """One transport under faults."""
 
-    def __init__(self, backend: Backend, options: Options, workdir: Path, logs_to: Path) -> None:
+    def __init__(self, backend: Backend, options: Options, workdir: Path, logs_to: Path,
+                 run: int = 1) -> None:
         self.backend = backend
         self.logs_to = logs_to  # where the consumers' stderr is kept when the run fails
         self.options = options
         self.workdir = workdir
         self.record = workdir / "record"
         self.consumers: list[Consumer] = []
-        self.summary = Summary(transport=backend.name, jobs=options.jobs)
+        self.summary = Summary(transport=backend.name, run=run, jobs=options.jobs)
         self.rand = random.Random()
 
     def start_consumer(self) -> Consumer:
         """Start one more consumer, its stderr in a file of its own."""
-        argv, env = self.backend.consumer_command(self.record, self.options)
+        argv, env = self.backend.consumer_command(self.record, self.options, len(self.consumers))
+        if not self.summary.capacity:  # every consumer is started with the same settings
+            self.summary.capacity = capacity(consumer_settings(argv, env))
         log = self.workdir / f"consumer-{len(self.consumers)}.err"
         with log.open("wb") as err:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -118,6 +94,7 @@ class Run:
         victim.proc.wait()
         victim.killed = True
         self.summary.kills += 1
+        self.summary.exposures += 1
         self.start_consumer()
 
     def check_exits(self) -> None:
@@ -145,17 +122,35 @@ class Run:
                 return
             if now > deadline:
                 self.summary.problems.append(f"hang: {remaining} jobs unfinished after {opts.timeout}s")
+                for consumer in self.live():  # which of them stopped working, and where
+                    self.take_stacks(consumer)
                 return
             if (opts.restart and not self.summary.restarts and remaining is not None
                     and remaining <= 0.7 * opts.jobs):
+                self.summary.exposures += len(self.live())  # every consumer loses its connections
                 self.backend.restart_server()
                 self.summary.restarts += 1
             if opts.kill_every > 0 and now >= next_kill:
                 self.kill_one()
                 next_kill = now + self.rand.uniform(0.5, 1.5) * opts.kill_every
             if opts.terminate_every > 0 and now >= next_cut:
-                self.summary.terminated_backends += self.backend.disrupt()
+                self.cut()
                 next_cut = now + self.rand.uniform(0.5, 1.5) * opts.terminate_every
+
+    def cut(self) -> None:
+        """One round of cut connections; a round that could not be injected is a problem."""
+        try:
+            cut = self.backend.disrupt({c.proc.pid for c in self.live()})
+        except RuntimeError as exc:
+            self.summary.problems.append(f"could not cut connections: {exc}")
+            return
+        self.summary.terminated_backends += cut.connections
+        self.summary.exposures += cut.consumers
+
+    def take_stacks(self, consumer: Consumer) -> None:
+        """Put a hung consumer's stacks and log tail in the report (it is still running)."""
+        if consumer.proc.poll() is None:
+            self.summary.stacks[consumer.log.name] = stacks.capture(consumer.proc.pid, consumer.log)
 
     def stop_survivors(self) -> None:
         """SIGTERM every consumer we did not kill; each must be alive and exit 0."""
@@ -164,10 +159,12 @@ class Run:
         for consumer in survivors:
             if consumer.proc.poll() is None:
                 consumer.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
         for consumer in survivors:
             try:
-                code = consumer.proc.wait(timeout=60)
+                code = consumer.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.take_stacks(consumer)
                 consumer.proc.kill()
                 code = consumer.proc.wait()
                 self.summary.problems.append(f"a consumer did not stop within 60s of SIGTERM "
@@ -180,25 +177,25 @@ class Run:
 
     def check(self, accepted: list[str]) -> None:
         """Compare the accepted ids with the completion record and the backend's final state."""
-        state = self.backend.final_state()
-        recorded = collections.Counter(completions(self.record))
-        accepted_set = set(accepted)
-        ended = set(recorded) | set(state.dead)
-        lost = accepted_set - ended
-        done_unrecorded = state.done - set(recorded)  # acked but never completed: lost work
         s = self.summary
-        s.lost = len(lost | (done_unrecorded & accepted_set))
-        s.duplicates = sum(n - 1 for n in recorded.values())
-        s.dead = len(state.dead)
+        s.duplicate_bound = duplicate_bound(s.capacity, s.exposures)
+        try:
+            state = self.backend.final_state(accepted)
+        except (RuntimeError, OSError) as exc:  # not knowing where the jobs ended is a failure
+            s.problems.append(f"could not read the final state: {exc}")
+            return
+        recorded = collections.Counter(completions(self.record))
+        found = tally(accepted, recorded, state.done, state.dead)
+        s.lost, s.duplicates = len(found.lost), found.duplicates
+        s.done, s.dead, s.done_and_dead = len(state.done), len(state.dead), len(found.done_and_dead)
         s.unfinished = state.unfinished
         s.dead_reasons = dict(collections.Counter(state.dead.values()).most_common(10))
-        if lost:
-            s.problems.append(f"lost ids (first 10): {sorted(lost, key=int)[:10]}")
-        if done_unrecorded:
-            s.problems.append(f"done without a completion: {sorted(done_unrecorded)[:10]}")
-        strangers = set(recorded) - accepted_set
-        if strangers:
-            s.problems.append(f"recorded ids never enqueued: {sorted(strangers)[:10]}")
+        s.problems.extend(state.problems)
+        for what, ids in (("lost ids", found.lost), ("done without a completion", found.done_unrecorded),
+                          ("recorded done and dead", found.done_and_dead),
+                          ("recorded ids never enqueued", found.strangers)):
+            if ids:
+                s.problems.append(f"{what} (first 10): {sorted(ids, key=_order)[:10]}")
 
     def execute(self) -> Summary:
         """Set up, shake, stop, check; always bring the server back and clean up."""
@@ -230,6 +227,10 @@ class Run:
         return self.summary
 
 
+def _order(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (0, job_id)
+
+
 def make_backend(name: str) -> Backend:
     """The backend called ``name`` (postgres-lease, postgres-transaction, ...)."""
     if name in ("postgres-lease", "postgres-transaction"):
@@ -237,28 +238,6 @@ def make_backend(name: str) -> Backend:
     if name in ("rabbitmq-quorum", "rabbitmq-classic"):
         return RabbitBackend(name.removeprefix("rabbitmq-"))
     raise SystemExit(f"chaos: unknown transport {name!r}")
-
-
-def write_report(summaries: list[Summary], options: Options, out: Path) -> None:
-    """``out``.json (everything) and ``out``.md (the table and the dead reasons)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"options": asdict(options), "runs": [asdict(s) | {"ok": s.ok} for s in summaries]}
-    out.with_suffix(".json").write_text(json.dumps(data, indent=2))
-    head = ("| transport | jobs | kills | restarts | backends cut | lost | duplicates | dead | "
-            "unfinished | survivors exit 0 | wall s | result |")
-    lines = ["# jobq fault suite", "", f"options: `{json.dumps(asdict(options))}`", "", head,
-             "|" + "---|" * 12]
-    for s in summaries:
-        lines.append(f"| {s.transport} | {s.jobs} | {s.kills} | {s.restarts} | "
-                     f"{s.terminated_backends} | {s.lost} | {s.duplicates} | {s.dead} | "
-                     f"{s.unfinished} | {s.survivors_exit_0}/{s.survivors} | {s.wall_s:.1f} | "
-                     f"{'OK' if s.ok else 'FAILED'} |")
-    for s in summaries:
-        for reason, n in s.dead_reasons.items():
-            lines.append(f"\n- {s.transport}: {n} dead: {reason}")
-        for problem in s.problems:
-            lines.append(f"\n- {s.transport}: PROBLEM: {problem}")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
 def parse(argv: list[str] | None) -> tuple[list[str], Options, Path]:
@@ -273,34 +252,41 @@ def parse(argv: list[str] | None) -> tuple[list[str], Options, Path]:
     p.add_argument("--fail-rate", type=float, default=d.fail_rate, help="attempts failing (retried)")
     p.add_argument("--kill-every", type=float, default=d.kill_every, help="s between kill -9 (0: none)")
     p.add_argument("--terminate-every", type=float, default=d.terminate_every,
-                   help="s between pg_terminate_backend rounds (0: none)")
+                   help="s between rounds of cut connections: pg_terminate_backend, AMQP "
+                        "close_connection (0: none)")
     p.add_argument("--no-restart", action="store_true", help="do not restart the server")
     p.add_argument("--lease", type=float, default=d.lease, help="Postgres lease seconds")
     p.add_argument("--timeout", type=float, default=d.timeout, help="s before a run counts as hung")
     p.add_argument("--keep", action="store_true", help="keep the schema / queues for inspection")
+    p.add_argument("--repeat", type=int, default=d.repeat, help="rounds of every transport")
     p.add_argument("--report", default=str(RESULTS / "chaos"), help="report path, without suffix")
     a = p.parse_args(argv)
     options = Options(jobs=a.jobs, concurrency=a.concurrency, sleep_ms=a.sleep_ms,
                       fail_rate=a.fail_rate, kill_every=a.kill_every,
                       terminate_every=a.terminate_every, restart=not a.no_restart, lease=a.lease,
-                      timeout=a.timeout, keep=a.keep)
+                      timeout=a.timeout, keep=a.keep, repeat=a.repeat)
+    if options.repeat < 1:
+        p.error("--repeat: at least 1")
     return [t for t in a.transports.split(",") if t], options, Path(a.report)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every transport asked for; exit 1 if any run lost, hung or misbehaved."""
+    """Run every transport asked for, ``--repeat`` times; exit 1 if any run failed."""
     transports, options, report = parse(argv)
     summaries = []
-    for name in transports:
-        backend = make_backend(name)
-        with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as tmp:
-            logs = report.parent / f"{report.name}-{name}-logs"
-            summary = Run(backend, options, Path(tmp), logs).execute()
-        print(summary.line(), flush=True)
-        summaries.append(summary)
-    write_report(summaries, options, report)
-    print(f"report: {report.with_suffix('.md')}")
-    return 0 if all(s.ok for s in summaries) else 1
+    for run in range(1, options.repeat + 1):
+        for name in transports:
+            backend = make_backend(name)
+            with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as tmp:
+                tag = f"-run{run}" if options.repeat > 1 else ""
+                logs = report.parent / f"{report.name}-{name}{tag}-logs"
+                summary = Run(backend, options, Path(tmp), logs, run).execute()
+            print(summary.line(options.repeat), flush=True)
+            summaries.append(summary)
+            write_report(summaries, options, report)  # after each run: a hang later keeps it
+    passed = sum(s.ok for s in summaries)
+    print(f"chaos: {passed}/{len(summaries)} runs OK; report: {report.with_suffix('.md')}")
+    return 0 if passed == len(summaries) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+"""The fault suite's pass condition: a pure function from one run's counts to why it failed.
+
+The duplicate bound. A consumer that is killed, or that loses its connections (a server
+restart, pg_terminate_backend, a closed AMQP connection), may lose at most what it holds: its
+capacity, ``consumer.concurrency + consumer.buffer`` (the RabbitMQ prefetch, which defaults to
+the same), read from the settings the suite starts consumers with. Each such loss is one
+exposure; a job held then may have completed (recorded) without its ack landing, and runs
+again. So a run may show at most ``capacity x exposures`` duplicates, where exposures = kills +
+the live consumers at each server restart + the consumers cut at each cut round. More means
+jobs ran twice that no fault put at risk.
+
+Dead jobs. The suite's only deliberate failures are retryable and never fall on a job's last
+attempt (tests.processors:record), so no job is meant to die: every dead job is a fault that
+cost attempts it should not have, or a bug. A job both recorded as completed and dead had its
+work done and was then buried anyway.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+
+def duplicate_bound(capacity: int, exposures: int) -> int:
+    """Duplicates a run may show: one consumer's ``capacity`` per exposure (see the module)."""
+    return capacity * exposures
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counts:
+    """What the verdict needs from one run: the findings and what they are held against."""
+
+    lost: int
+    unfinished: int
+    dead: int
+    dead_expected: int = 0
+    done_and_dead: int
+    duplicates: int
+    duplicate_bound: int
+    survivors: int
+    survivors_exit_0: int
+
+
+def verdict(counts: Counts) -> list[str]:
+    """Why the run failed, one line per broken condition; empty when it passed."""
+    c, failures = counts, []
+    if c.lost:
+        failures.append(f"{c.lost} job(s) lost")
+    if c.unfinished:
+        failures.append(f"{c.unfinished} job(s) neither done nor dead")
+    if c.dead > c.dead_expected:
+        failures.append(f"{c.dead - c.dead_expected} job(s) dead where {c.dead_expected} "
+                        f"were meant to die")
+    if c.done_and_dead:
+        failures.append(f"{c.done_and_dead} job(s) recorded both done and dead")
+    if c.duplicates > c.duplicate_bound:
+        failures.append(f"{c.duplicates} duplicates, more than the bound {c.duplicate_bound} "
+                        f"(capacity x exposures)")
+    if c.survivors_exit_0 < c.survivors:
+        failures.append(f"{c.survivors - c.survivors_exit_0} of {c.survivors} survivors did "
+                        f"not exit 0 on SIGTERM")
+    return failures
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The ids behind the counts: what the record and the backend's final state disagree on."""
+
+    lost: set[str]
+    done_unrecorded: set[str]  # done in the backend, never completed: acked unrun work
+    done_and_dead: set[str]
+    strangers: set[str]  # recorded, never enqueued
+    duplicates: int
+
+
+def tally(accepted: Collection[str], recorded: Counter[str], done: Collection[str],
+          dead: Mapping[str, str]) -> Tally:
+    """Compare the accepted ids with the completion record and the backend's done and dead."""
+    accepted_set = set(accepted)
+    done_unrecorded = set(done) - set(recorded)
+    lost = (accepted_set - set(recorded) - set(dead)) | (done_unrecorded & accepted_set)
+    return Tally(lost=lost, done_unrecorded=done_unrecorded,
+                 done_and_dead=set(recorded) & set(dead),
+                 strangers=set(recorded) - accepted_set,
+                 duplicates=sum(n - 1 for n in recorded.values()))
