@@ -45,6 +45,13 @@ class Transport(Protocol):
     async def release(self, delivery: Delivery) -> None:
         """Hand back a job that was received but never started; its attempt does not count."""
 
+    @property
+    def connected(self) -> bool:
+        """False while the transport knows its connection to the server is down (/readyz)."""
+
+    def counters(self) -> Mapping[str, int]:
+        """The transport's own event counts by name (``metrics.TRANSPORT_COUNTERS``), read at scrape."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:

@@ -24,7 +24,7 @@ from benchmarks import composefile
 from jobq import Job, PermanentError, cli
 from jobq.config import Settings
 from jobq.job import Outcome
-from jobq.metrics import Metrics
+from jobq.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.processor import load_processor
 from tests.conftest import ROOT, need_tool
 
@@ -203,7 +203,10 @@ def exported() -> dict[str, set[str]]:
         in_flight, buffered, consuming = 1, 0, True
 
     class Transport:
-        rescued, reconnects = 0, 0
+        connected = True
+
+        def counters(self) -> dict[str, int]:
+            return dict.fromkeys(TRANSPORT_COUNTERS, 0)
 
     metrics.watch(Pool(), Transport())
     job = Job(id="1", queue="q", kind="k", payload={}, attempt=2, enqueued_at=datetime.now(UTC))
