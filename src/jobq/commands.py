@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -168,21 +168,17 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     async with wired(settings) as container:
         admin = await resolve(container.admin())
-        if args.command == "init" and settings.transport == "rabbitmq":
-            print(await admin.init())  # the declared topology, in one line
-        elif args.command == "init":
-            applied = await admin.init()
-            print(f"schema {settings.postgres.schema!r}: " + (
-                ", ".join(f"applied migration {m.version} ({m.title})" for m in applied)
-                or "up to date"))
+        if args.command == "init":
+            print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":
             depth = await admin.depth()
             if args.json:
-                _print({"transport": settings.transport, "queue": settings.queue, **depth}, True)
+                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth)},
+                       True)
             else:
                 print(render_depth(depth, transport=settings.transport, queue=settings.queue))
         elif args.action == "list":
-            _print(await admin.dead_list(args.limit), args.json)
+            _print([_fields(row) for row in await admin.dead_list(args.limit)], args.json)
         else:
             which = None if args.all else args.ids
             act = admin.dead_requeue if args.action == "requeue" else admin.dead_purge
@@ -193,6 +189,11 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _fields(row: Any) -> dict[str, Any]:
+    # Shallow, unlike dataclasses.asdict: a payload is shown as it is, never copied.
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
 def _print(data: Any, as_json: bool) -> None:
     if as_json:
         json.dump(data, sys.stdout, default=str, indent=2)
@@ -200,5 +201,4 @@ def _print(data: Any, as_json: bool) -> None:
         return
     rows = data if isinstance(data, list) else [data]
     for row in rows:
-        print("  ".join(f"{k}={v}" for k, v in (asdict(row) if hasattr(row, "__dataclass_fields__")
-                                                else row).items()))
+        print("  ".join(f"{k}={v}" for k, v in row.items()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
+from jobq.transport import Depth
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                     10, 30, 60, 300)
@@ -144,15 +145,15 @@ class Metrics:
         self._buffered.set_function(lambda: pool.buffered)
         self.registry.register(_TransportCounters(transport, self._values))
 
-    def depth(self, data: Mapping[str, Any]) -> None:
-        """Record an ``admin.depth()`` answer: ``{"depth": {state: n}, "oldest_pending_seconds"}``.
+    def depth(self, data: Depth) -> None:
+        """Record an ``admin.depth()`` answer.
 
         A state whose count is None (the backend cannot tell) is not exported.
         """
-        for state, count in data["depth"].items():
+        for state, count in data.depth.items():
             if count is not None:
                 self._depth.labels(*self._values, state).set(count)
-        self._oldest.set(data.get("oldest_pending_seconds") or 0.0)
+        self._oldest.set(data.oldest_pending_seconds or 0.0)
 
     def depth_failed(self) -> None:
         """Count a failed depth poll."""

@@ -12,6 +12,7 @@ from jobq.job import Delivery, Outcome
 from jobq.metrics import Metrics, serve
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
+from jobq.transport import Depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from tests.scrape import get, parse, value
 
@@ -179,8 +180,8 @@ async def test_readiness_follows_receive_failures_stop_and_the_transport() -> No
 
 def test_depth_gauges_take_whatever_states_the_backend_reports() -> None:
     metrics = Metrics("rabbitmq", "q")
-    metrics.depth({"depth": {"ready": 5, "unacked": 2, "dead": 1, "retry": 3, "done": None},
-                   "oldest_pending_seconds": None})
+    metrics.depth(Depth(depth={"ready": 5, "unacked": 2, "dead": 1, "retry": 3, "done": None},
+                        oldest_pending_seconds=None))
     names = {s.labels.get("state") for f in metrics.registry.collect() for s in f.samples
              if s.name == "jobq_queue_depth"}
     assert names == {"ready", "unacked", "dead", "retry"}  # None: not counted, not exported

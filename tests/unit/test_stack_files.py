@@ -26,6 +26,7 @@ from jobq.config import Settings
 from jobq.job import Outcome
 from jobq.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.processor import load_processor
+from jobq.transport import Depth
 from tests.conftest import ROOT, need_tool
 
 COMPOSE_DIR = ROOT / "compose"
@@ -212,7 +213,7 @@ def exported() -> dict[str, set[str]]:
     job = Job(id="1", queue="q", kind="k", payload={}, attempt=2, enqueued_at=datetime.now(UTC))
     metrics.settled(Outcome.ACK, 0.1, None, job)
     metrics.settled(Outcome.DEAD, 0.1, PermanentError("x"), job)
-    metrics.depth({"depth": {"pending": 1}, "oldest_pending_seconds": 1.0})
+    metrics.depth(Depth(depth={"pending": 1}, oldest_pending_seconds=1.0))
     names: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         for s in family.samples:
