@@ -11,24 +11,26 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from jobq.api import resolve, wired
+from jobq.api import wired
 from jobq.config import Settings
+from jobq.container import Container, get_admin, get_metrics, get_publisher, get_transport, get_worker_pool
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
 from jobq.startup import open_transport
-from jobq.transport import NewJob
+from jobq.transport import NewJob, Transport
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
-def signals_to(stop: Any) -> Any:
+def signals_to(stop: Callable[[], None]) -> Iterator[None]:
     """Route SIGTERM and SIGINT to ``stop`` while inside; restore the defaults after."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -40,15 +42,15 @@ def signals_to(stop: Any) -> Any:
             loop.remove_signal_handler(sig)
 
 
-async def _observers(settings: Settings, container: Any, pool: Any, transport: Any
-                     ) -> tuple[Metrics, WSGIServer | None, Monitor]:
+async def _observers(settings: Settings, container: Container, pool: WorkerPool,
+                     transport: Transport) -> tuple[Metrics, WSGIServer | None, Monitor]:
     """The metrics (watching ``pool``), their HTTP server if enabled, and the monitor."""
-    metrics: Metrics = container.metrics()
+    metrics = get_metrics(container)
     metrics.watch(pool, transport)
     server = (serve(metrics, settings.metrics.host, settings.metrics.port)
               if settings.metrics.enabled else None)
     wanted = server is not None or settings.log.summary_interval > 0
-    probe = (await resolve(container.admin())).depth if wanted else None
+    probe = (await get_admin(container)).depth if wanted else None
     monitor = Monitor(pool, metrics=metrics if server else None, probe=probe,
                       depth_interval=settings.metrics.depth_interval,
                       summary_interval=settings.log.summary_interval)
@@ -83,8 +85,8 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
                    stopping: list[float]) -> int:
     async with wired(settings) as container:
-        pool = await resolve(container.worker_pool())
-        transport = await resolve(container.transport())
+        pool = await get_worker_pool(container)
+        transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
         await open_transport(transport, settings.connect, log)
         pools.append(pool)
@@ -133,7 +135,7 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
 
     lag = ""
     async with wired(settings) as container:
-        publisher = await resolve(container.publisher())
+        publisher = await get_publisher(container)
         await publisher.open()
         started = time.monotonic()
         sent = 0
@@ -167,7 +169,7 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
         print(render_migrations(settings.postgres.schema))
         return 0
     async with wired(settings) as container:
-        admin = await resolve(container.admin())
+        admin = await get_admin(container)
         if args.command == "init":
             print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":

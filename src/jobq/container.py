@@ -6,14 +6,19 @@ Connection pools are async Resources: opened on first use (with retries), closed
 ``shutdown_resources``. Each backend's modules are imported when first used (``lazy``): a
 Postgres process never imports aio-pika, a RabbitMQ one never imports psycopg, which is a
 third of a command's start-up time.
+
+The rest of jobq gets its objects through the typed functions at the end (``get_transport``
+...), never from the providers, whose values are untyped; ``_conforming`` makes mypy check
+every implementation against the Protocol those functions promise.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dependency_injector import containers, providers
 
@@ -22,9 +27,20 @@ from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
+from jobq.transport import Admin, Publisher, Transport
 
 if TYPE_CHECKING:
+    from jobq.transports.memory import MemoryPublisher, MemoryTransport
+    from jobq.transports.postgres.admin import PostgresAdmin
+    from jobq.transports.postgres.lease import PostgresTransport
+    from jobq.transports.postgres.publisher import PostgresPublisher
+    from jobq.transports.postgres.transaction import PgTransactionTransport
+    from jobq.transports.rabbitmq.admin import RabbitAdmin
     from jobq.transports.rabbitmq.connect import RabbitLink
+    from jobq.transports.rabbitmq.consumer import RabbitTransport
+    from jobq.transports.rabbitmq.publisher import RabbitPublisher
+
+T = TypeVar("T")
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
 
@@ -182,3 +198,49 @@ class Container(containers.DeclarativeContainer):
         observer=metrics,
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
     )
+
+
+async def resolve(provided: T | Awaitable[T]) -> T:
+    """A provider's value: async Resources make dependency-injector return an awaitable."""
+    return await provided if inspect.isawaitable(provided) else provided
+
+
+async def get_transport(container: Container) -> Transport:
+    """The configured transport (not yet opened)."""
+    transport: Transport = await resolve(container.transport())
+    return transport
+
+
+async def get_publisher(container: Container) -> Publisher:
+    """The configured publisher (not yet opened)."""
+    publisher: Publisher = await resolve(container.publisher())
+    return publisher
+
+
+async def get_admin(container: Container) -> Admin:
+    """The configured backend's admin."""
+    admin: Admin = await resolve(container.admin())
+    return admin
+
+
+async def get_worker_pool(container: Container) -> WorkerPool:
+    """The worker pool over the configured transport."""
+    pool: WorkerPool = await resolve(container.worker_pool())
+    return pool
+
+
+def get_metrics(container: Container) -> Metrics:
+    """The process's metrics (the pool's observer)."""
+    metrics: Metrics = container.metrics()
+    return metrics
+
+
+if TYPE_CHECKING:
+    def _conforming(lease: PostgresTransport, transaction: PgTransactionTransport,
+                    rabbit: RabbitTransport, memory: MemoryTransport, pg_publisher: PostgresPublisher,
+                    rabbit_publisher: RabbitPublisher, memory_publisher: MemoryPublisher,
+                    pg_admin: PostgresAdmin, rabbit_admin: RabbitAdmin
+                    ) -> tuple[list[Transport], list[Publisher], list[Admin]]:
+        """Never called: mypy checks here that each implementation conforms to its Protocol."""
+        return ([lease, transaction, rabbit, memory], [pg_publisher, rabbit_publisher, memory_publisher],
+                [pg_admin, rabbit_admin])

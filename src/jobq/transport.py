@@ -1,7 +1,8 @@
 """The one boundary between the worker pool and a queue backend.
 
 Only jobq's own types cross it. Implementations do not inherit from these Protocols;
-mypy checks that they conform where the container wires them.
+mypy checks that each conforms (``container._conforming``), and
+``tests/unit/test_conformance.py`` compares their signatures at run time.
 """
 
 from __future__ import annotations
