@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -65,6 +64,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     """
     pools: list[WorkerPool] = []
     stopping: list[float] = []
+    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping), name="jobq-consume")
 
     def stop() -> None:
         stopping.append(time.monotonic())
@@ -72,14 +72,18 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
             pools[0].stop()
             return
         # Still starting (connecting, perhaps retrying an unreachable server): nothing was
-        # received, so nothing needs handing back or flushing. Leave at once; cancelling
-        # dependency-injector's pending resource initialisation only prints its tracebacks.
-        log.info("stopped during start-up")
-        logging.shutdown()
-        os._exit(0)
+        # received, so nothing needs handing back or flushing. Cancelling the start-up unwinds
+        # it: the connecting stops, what was opened is closed (container.connect says how).
+        work.cancel()
 
     with signals_to(stop):
-        return await _consume(settings, stats_json, pools, stopping)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not (stopping and work.cancelled()):
+                raise  # cancelled from outside, not by a signal
+    log.info("stopped during start-up")
+    return 0
 
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
@@ -88,7 +92,12 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         pool = await get_worker_pool(container)
         transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
-        await open_transport(transport, settings.connect, log)
+        try:
+            await open_transport(transport, settings.connect, log)
+        except BaseException:  # failed or abandoned (a signal): nothing else will stop it
+            if server is not None:
+                server.shutdown()
+            raise
         pools.append(pool)
         metrics.ready = True
         monitor.start()

@@ -111,8 +111,8 @@ async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[
 
     link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
                       logger=logger)
-    await link.open()
-    try:
+    try:  # an open cancelled at start-up (SIGTERM) closes what it had opened too
+        await link.open()
         yield link
     finally:
         await link.close()
@@ -133,6 +133,7 @@ class Container(containers.DeclarativeContainer):
     pg_pool = providers.Resource(pg_pool, settings=settings, logger=logger)
     rmq_link = providers.Resource(rmq_link, settings=settings,
                                   logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"))
+    backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link)
 
     transport = providers.Selector(
         cfg.transport,
@@ -205,26 +206,42 @@ async def resolve(provided: T | Awaitable[T]) -> T:
     return await provided if inspect.isawaitable(provided) else provided
 
 
+async def connect(container: Container) -> None:
+    """Open the configured backend's connection (pool or link), retrying an unreachable server.
+
+    The accessors below call it first, so that a start-up abandoned while the server is being
+    retried cancels the connecting itself: the Resource's own task, which dependency-injector
+    then forgets (nothing to shut down). Cancelled instead while a provider that depends on the
+    Resource waits for it, dependency-injector's callbacks go on to set results on cancelled
+    futures and print tracebacks, and ``shutdown_resources`` waits out every retry.
+    """
+    await resolve(container.backend())
+
+
 async def get_transport(container: Container) -> Transport:
     """The configured transport (not yet opened)."""
+    await connect(container)
     transport: Transport = await resolve(container.transport())
     return transport
 
 
 async def get_publisher(container: Container) -> Publisher:
     """The configured publisher (not yet opened)."""
+    await connect(container)
     publisher: Publisher = await resolve(container.publisher())
     return publisher
 
 
 async def get_admin(container: Container) -> Admin:
     """The configured backend's admin."""
+    await connect(container)
     admin: Admin = await resolve(container.admin())
     return admin
 
 
 async def get_worker_pool(container: Container) -> WorkerPool:
     """The worker pool over the configured transport."""
+    await connect(container)
     pool: WorkerPool = await resolve(container.worker_pool())
     return pool
 
