@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 from jobq.config import Settings, load_settings
-from jobq.container import Container
+from jobq.container import Container, get_publisher
+from jobq.container import resolve as resolve  # where it lived before the typed accessors
 from jobq.transport import Publisher
-
-T = TypeVar("T")
-
-
-async def resolve(provided: T | Awaitable[T]) -> T:
-    """A provider's value: async Resources make dependency-injector return an awaitable."""
-    return await provided if inspect.isawaitable(provided) else provided
 
 
 @contextlib.asynccontextmanager
@@ -43,7 +37,7 @@ async def connect_publisher(
     settings = config if isinstance(config, Settings) else load_settings(
         config, {key.replace("__", "."): value for key, value in overrides.items()})
     async with wired(settings) as container:
-        publisher: Publisher = await resolve(container.publisher())
+        publisher = await get_publisher(container)
         await publisher.open()
         try:
             yield publisher

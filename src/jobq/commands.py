@@ -7,28 +7,36 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from jobq.api import resolve, wired
+from jobq.api import wired
 from jobq.config import Settings
-from jobq.errors import ConfigError
+from jobq.container import (
+    Container,
+    get_admin,
+    get_metrics,
+    get_publisher,
+    get_transport,
+    get_worker_pool,
+    schema_sql,
+)
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
 from jobq.startup import open_transport
-from jobq.transport import NewJob
+from jobq.transport import NewJob, Transport
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
-def signals_to(stop: Any) -> Any:
+def signals_to(stop: Callable[[], None]) -> Iterator[None]:
     """Route SIGTERM and SIGINT to ``stop`` while inside; restore the defaults after."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -40,15 +48,15 @@ def signals_to(stop: Any) -> Any:
             loop.remove_signal_handler(sig)
 
 
-async def _observers(settings: Settings, container: Any, pool: Any, transport: Any
-                     ) -> tuple[Metrics, WSGIServer | None, Monitor]:
+async def _observers(settings: Settings, container: Container, pool: WorkerPool,
+                     transport: Transport) -> tuple[Metrics, WSGIServer | None, Monitor]:
     """The metrics (watching ``pool``), their HTTP server if enabled, and the monitor."""
-    metrics: Metrics = container.metrics()
+    metrics = get_metrics(container)
     metrics.watch(pool, transport)
     server = (serve(metrics, settings.metrics.host, settings.metrics.port)
               if settings.metrics.enabled else None)
     wanted = server is not None or settings.log.summary_interval > 0
-    probe = (await resolve(container.admin())).depth if wanted else None
+    probe = (await get_admin(container)).depth if wanted else None
     monitor = Monitor(pool, metrics=metrics if server else None, probe=probe,
                       depth_interval=settings.metrics.depth_interval,
                       summary_interval=settings.log.summary_interval)
@@ -63,6 +71,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     """
     pools: list[WorkerPool] = []
     stopping: list[float] = []
+    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping), name="jobq-consume")
 
     def stop() -> None:
         stopping.append(time.monotonic())
@@ -70,23 +79,32 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
             pools[0].stop()
             return
         # Still starting (connecting, perhaps retrying an unreachable server): nothing was
-        # received, so nothing needs handing back or flushing. Leave at once; cancelling
-        # dependency-injector's pending resource initialisation only prints its tracebacks.
-        log.info("stopped during start-up")
-        logging.shutdown()
-        os._exit(0)
+        # received, so nothing needs handing back or flushing. Cancelling the start-up unwinds
+        # it: the connecting stops, what was opened is closed (container.connect says how).
+        work.cancel()
 
     with signals_to(stop):
-        return await _consume(settings, stats_json, pools, stopping)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not (stopping and work.cancelled()):
+                raise  # cancelled from outside, not by a signal
+    log.info("stopped during start-up")
+    return 0
 
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
                    stopping: list[float]) -> int:
     async with wired(settings) as container:
-        pool = await resolve(container.worker_pool())
-        transport = await resolve(container.transport())
+        pool = await get_worker_pool(container)
+        transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
-        await open_transport(transport, settings.connect, log)
+        try:
+            await open_transport(transport, settings.connect, log)
+        except BaseException:  # failed or abandoned (a signal): nothing else will stop it
+            if server is not None:
+                server.shutdown()
+            raise
         pools.append(pool)
         metrics.ready = True
         monitor.start()
@@ -133,7 +151,7 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
 
     lag = ""
     async with wired(settings) as container:
-        publisher = await resolve(container.publisher())
+        publisher = await get_publisher(container)
         await publisher.open()
         started = time.monotonic()
         sent = 0
@@ -158,31 +176,21 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
     """``jobq init|stats|dead``."""
     if args.command == "init" and args.print_sql:
-        from jobq.transports.postgres.admin import render_migrations
-
-        if settings.transport != "postgres":
-            raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "
-                              "(`jobq init` prints the topology it declares)", key="--print-sql")
-
-        print(render_migrations(settings.postgres.schema))
+        print(schema_sql(settings))
         return 0
     async with wired(settings) as container:
-        admin = await resolve(container.admin())
-        if args.command == "init" and settings.transport == "rabbitmq":
-            print(await admin.init())  # the declared topology, in one line
-        elif args.command == "init":
-            applied = await admin.init()
-            print(f"schema {settings.postgres.schema!r}: " + (
-                ", ".join(f"applied migration {m.version} ({m.title})" for m in applied)
-                or "up to date"))
+        admin = await get_admin(container)
+        if args.command == "init":
+            print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":
             depth = await admin.depth()
             if args.json:
-                _print({"transport": settings.transport, "queue": settings.queue, **depth}, True)
+                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth)},
+                       True)
             else:
                 print(render_depth(depth, transport=settings.transport, queue=settings.queue))
         elif args.action == "list":
-            _print(await admin.dead_list(args.limit), args.json)
+            _print([_fields(row) for row in await admin.dead_list(args.limit)], args.json)
         else:
             which = None if args.all else args.ids
             act = admin.dead_requeue if args.action == "requeue" else admin.dead_purge
@@ -193,6 +201,11 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _fields(row: Any) -> dict[str, Any]:
+    # Shallow, unlike dataclasses.asdict: a payload is shown as it is, never copied.
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
 def _print(data: Any, as_json: bool) -> None:
     if as_json:
         json.dump(data, sys.stdout, default=str, indent=2)
@@ -200,5 +213,4 @@ def _print(data: Any, as_json: bool) -> None:
         return
     rows = data if isinstance(data, list) else [data]
     for row in rows:
-        print("  ".join(f"{k}={v}" for k, v in (asdict(row) if hasattr(row, "__dataclass_fields__")
-                                                else row).items()))
+        print("  ".join(f"{k}={v}" for k, v in row.items()))

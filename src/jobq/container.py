@@ -6,25 +6,42 @@ Connection pools are async Resources: opened on first use (with retries), closed
 ``shutdown_resources``. Each backend's modules are imported when first used (``lazy``): a
 Postgres process never imports aio-pika, a RabbitMQ one never imports psycopg, which is a
 third of a command's start-up time.
+
+The rest of jobq gets its objects through the typed functions at the end (``get_transport``
+...), never from the providers, whose values are untyped; ``_conforming`` makes mypy check
+every implementation against the Protocol those functions promise.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dependency_injector import containers, providers
 
 from jobq.config import Settings
+from jobq.errors import ConfigError
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
+from jobq.transport import Admin, Publisher, Transport
 
 if TYPE_CHECKING:
+    from jobq.transports.memory import MemoryPublisher, MemoryTransport
+    from jobq.transports.postgres.admin import PostgresAdmin
+    from jobq.transports.postgres.lease import PostgresTransport
+    from jobq.transports.postgres.publisher import PostgresPublisher
+    from jobq.transports.postgres.transaction import PgTransactionTransport
+    from jobq.transports.rabbitmq.admin import RabbitAdmin
     from jobq.transports.rabbitmq.connect import RabbitLink
+    from jobq.transports.rabbitmq.consumer import RabbitTransport
+    from jobq.transports.rabbitmq.publisher import RabbitPublisher
+
+T = TypeVar("T")
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
 
@@ -95,8 +112,8 @@ async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[
 
     link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
                       logger=logger)
-    await link.open()
-    try:
+    try:  # an open cancelled at start-up (SIGTERM) closes what it had opened too
+        await link.open()
         yield link
     finally:
         await link.close()
@@ -117,6 +134,7 @@ class Container(containers.DeclarativeContainer):
     pg_pool = providers.Resource(pg_pool, settings=settings, logger=logger)
     rmq_link = providers.Resource(rmq_link, settings=settings,
                                   logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"))
+    backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link)
 
     transport = providers.Selector(
         cfg.transport,
@@ -182,3 +200,75 @@ class Container(containers.DeclarativeContainer):
         observer=metrics,
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
     )
+
+
+async def resolve(provided: T | Awaitable[T]) -> T:
+    """A provider's value: async Resources make dependency-injector return an awaitable."""
+    return await provided if inspect.isawaitable(provided) else provided
+
+
+async def connect(container: Container) -> None:
+    """Open the configured backend's connection (pool or link), retrying an unreachable server.
+
+    The accessors below call it first, so that a start-up abandoned while the server is being
+    retried cancels the connecting itself: the Resource's own task, which dependency-injector
+    then forgets (nothing to shut down). Cancelled instead while a provider that depends on the
+    Resource waits for it, dependency-injector's callbacks go on to set results on cancelled
+    futures and print tracebacks, and ``shutdown_resources`` waits out every retry.
+    """
+    await resolve(container.backend())
+
+
+async def get_transport(container: Container) -> Transport:
+    """The configured transport (not yet opened)."""
+    await connect(container)
+    transport: Transport = await resolve(container.transport())
+    return transport
+
+
+async def get_publisher(container: Container) -> Publisher:
+    """The configured publisher (not yet opened)."""
+    await connect(container)
+    publisher: Publisher = await resolve(container.publisher())
+    return publisher
+
+
+async def get_admin(container: Container) -> Admin:
+    """The configured backend's admin."""
+    await connect(container)
+    admin: Admin = await resolve(container.admin())
+    return admin
+
+
+async def get_worker_pool(container: Container) -> WorkerPool:
+    """The worker pool over the configured transport."""
+    await connect(container)
+    pool: WorkerPool = await resolve(container.worker_pool())
+    return pool
+
+
+def schema_sql(settings: Settings) -> str:
+    """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
+    if settings.transport != "postgres":
+        raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "
+                          "(`jobq init` prints the topology it declares)", key="--print-sql")
+    from jobq.transports.postgres.admin import render_migrations
+
+    return render_migrations(settings.postgres.schema)
+
+
+def get_metrics(container: Container) -> Metrics:
+    """The process's metrics (the pool's observer)."""
+    metrics: Metrics = container.metrics()
+    return metrics
+
+
+if TYPE_CHECKING:
+    def _conforming(lease: PostgresTransport, transaction: PgTransactionTransport,
+                    rabbit: RabbitTransport, memory: MemoryTransport, pg_publisher: PostgresPublisher,
+                    rabbit_publisher: RabbitPublisher, memory_publisher: MemoryPublisher,
+                    pg_admin: PostgresAdmin, rabbit_admin: RabbitAdmin
+                    ) -> tuple[list[Transport], list[Publisher], list[Admin]]:
+        """Never called: mypy checks here that each implementation conforms to its Protocol."""
+        return ([lease, transaction, rabbit, memory], [pg_publisher, rabbit_publisher, memory_publisher],
+                [pg_admin, rabbit_admin])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
@@ -20,17 +20,24 @@ from prometheus_client.registry import Collector
 
 from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
+from jobq.transport import Depth
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                     10, 30, 60, 300)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
                    60, 120, 300, 600, 1800, 3600)
 
-# Counters a transport may keep as plain int attributes; exported when the transport has them.
+# What each key of ``Transport.counters()`` is exported as; a transport reports the keys it
+# keeps (a unit test checks every transport's keys are listed here).
 TRANSPORT_COUNTERS = {
     "rescued": ("jobq_rescued_leases", "Expired leases freed by this consumer (their consumer "
                                        "died or stalled)."),
     "reconnects": ("jobq_reconnects", "Connections to the server re-established after a loss."),
+    "stale": ("jobq_stale_settles", "Outcomes not written because the delivery was no longer this "
+                                    "consumer's (lease expired, or its connection was lost); the "
+                                    "job runs again."),
+    "buried": ("jobq_buried", "Jobs dead-lettered unrun: every attempt's consumer died before "
+                              "settling it."),
 }
 
 
@@ -50,20 +57,32 @@ class PoolView(Protocol):
         """Started, not stopping, and the last receive succeeded."""
 
 
-class _TransportCounters(Collector):
-    """Reads the transport's int counters when Prometheus scrapes (no per-event cost)."""
+class TransportView(Protocol):
+    """What the metrics read from the transport at scrape time (a part of ``Transport``)."""
 
-    def __init__(self, transport: object, labels: tuple[str, str]) -> None:
+    @property
+    def connected(self) -> bool:
+        """False while the connection is known to be down."""
+
+    def counters(self) -> Mapping[str, int]:
+        """Event counts by ``TRANSPORT_COUNTERS`` key."""
+
+
+class _TransportCounters(Collector):
+    """Reads the transport's counters when Prometheus scrapes (no per-event cost)."""
+
+    def __init__(self, transport: TransportView, labels: tuple[str, str]) -> None:
         self._transport = transport
         self._labels = labels
-        self._present = [(attr, name, text) for attr, (name, text) in TRANSPORT_COUNTERS.items()
-                         if hasattr(transport, attr)]
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        """One counter family per attribute the transport has."""
-        for attr, name, text in self._present:
+        """One counter family per counter the transport keeps."""
+        for key, count in self._transport.counters().items():
+            if key not in TRANSPORT_COUNTERS:
+                continue
+            name, text = TRANSPORT_COUNTERS[key]
             family = CounterMetricFamily(name, text, labels=("transport", "queue"))
-            family.add_metric(self._labels, float(getattr(self._transport, attr)))
+            family.add_metric(self._labels, float(count))
             yield family
 
 
@@ -96,7 +115,7 @@ class Metrics:
               registry=r).labels(*values).set_function(lambda: float(self.is_ready()))
         self.ready = False  # set by the command once the transport is open, cleared at stop
         self._pool: PoolView | None = None
-        self._transport: object = None
+        self._transport: TransportView | None = None
         self._alive_at: float | None = None
 
     def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
@@ -118,7 +137,7 @@ class Metrics:
             self._in_flight.set(in_flight)
             self._buffered.set(buffered)
 
-    def watch(self, pool: PoolView, transport: object) -> None:
+    def watch(self, pool: PoolView, transport: TransportView) -> None:
         """Read occupancy, readiness and the transport's counters from these at scrape time."""
         self._pool = pool
         self._transport = transport
@@ -126,15 +145,15 @@ class Metrics:
         self._buffered.set_function(lambda: pool.buffered)
         self.registry.register(_TransportCounters(transport, self._values))
 
-    def depth(self, data: Mapping[str, Any]) -> None:
-        """Record an ``admin.depth()`` answer: ``{"depth": {state: n}, "oldest_pending_seconds"}``.
+    def depth(self, data: Depth) -> None:
+        """Record an ``admin.depth()`` answer.
 
         A state whose count is None (the backend cannot tell) is not exported.
         """
-        for state, count in data["depth"].items():
+        for state, count in data.depth.items():
             if count is not None:
                 self._depth.labels(*self._values, state).set(count)
-        self._oldest.set(data.get("oldest_pending_seconds") or 0.0)
+        self._oldest.set(data.oldest_pending_seconds or 0.0)
 
     def depth_failed(self) -> None:
         """Count a failed depth poll."""
@@ -153,12 +172,12 @@ class Metrics:
         return self._alive_at is None or time.monotonic() - self._alive_at < stale_after
 
     def is_ready(self) -> bool:
-        """Transport open, pool consuming, and the transport (if it says) connected."""
+        """Transport open, pool consuming, and the transport connected."""
         if not self.ready:
             return False
         if self._pool is not None and not self._pool.consuming:
             return False
-        return bool(getattr(self._transport, "connected", True))
+        return self._transport is None or self._transport.connected
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -1,9 +1,8 @@
 """A consumer's periodic duties: queue depth into the metrics, a summary log line, liveness.
 
-Depth comes from the transport's admin (``admin.depth()``), which every backend answers in the
-same shape: ``{"depth": {state: count}, "oldest_pending_seconds": float | None}`` (Postgres:
-pending/running/dead; RabbitMQ: ready/unacked/dead/retry). One cheap query per interval, off
-the pool's hot path.
+Depth comes from the transport's admin (``Admin.depth()``), which every backend answers as a
+``Depth``: counts by state (Postgres: pending/running/dead; RabbitMQ: ready/unacked/dead/retry)
+and the age of the oldest pending job. One cheap query per interval, off the pool's hot path.
 """
 
 from __future__ import annotations
@@ -12,14 +11,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from jobq.errors import describe
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
+from jobq.transport import Depth
 
-DepthProbe = Callable[[], Awaitable[Mapping[str, Any]]]
+DepthProbe = Callable[[], Awaitable[Depth]]
 PROBE_TIMEOUT = 10.0  # a depth poll that takes longer is counted as failed
 
 
@@ -37,7 +36,7 @@ class Monitor:
         self._summary_every = summary_interval or math.inf
         self._log = logger or logging.getLogger("jobq.monitor")
         self._failing = False
-        self.last_depth: Mapping[str, Any] | None = None
+        self.last_depth: Depth | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -108,8 +107,8 @@ class Monitor:
         since, ok0, retried0, dead0 = last
         ok, retried, dead = stats.ok - ok0, stats.retried - retried0, stats.dead - dead0
         rate = (ok + retried + dead) / max(now - since, 1e-9)
-        depth = dict(self.last_depth["depth"]) if self.last_depth else None
-        oldest = self.last_depth.get("oldest_pending_seconds") if self.last_depth else None
+        depth = dict(self.last_depth.depth) if self.last_depth else None
+        oldest = self.last_depth.oldest_pending_seconds if self.last_depth else None
         shown = " ".join(f"{k}={v}" for k, v in depth.items()) if depth else "unknown"
         self._log.info(
             "summary: %.1f jobs/s over %.0fs (ok %d, retried %d, dead %d); in flight %d; "
@@ -121,14 +120,14 @@ class Monitor:
         return now, stats.ok, stats.retried, stats.dead
 
 
-def render_depth(data: Mapping[str, Any], *, transport: str, queue: str) -> str:
+def render_depth(data: Depth, *, transport: str, queue: str) -> str:
     """``jobq stats`` as a table: one row per state, then the age of the oldest pending job."""
     # None: the backend cannot count that state (shown as "-").
-    depth = {state: "-" if n is None else f"{n:,}" for state, n in data["depth"].items()}
+    depth = {state: "-" if n is None else f"{n:,}" for state, n in data.depth.items()}
     width = max([5, *(len(s) for s in depth)])
     number = max([4, *(len(n) for n in depth.values())])
     lines = [f"queue {queue!r} on {transport}", f"{'state':<{width}}  {'jobs':>{number}}"]
     lines += [f"{state:<{width}}  {count:>{number}}" for state, count in depth.items()]
-    oldest = data.get("oldest_pending_seconds")
+    oldest = data.oldest_pending_seconds
     lines.append("oldest pending job: " + ("none waiting" if oldest is None else f"{oldest:.1f}s old"))
     return "\n".join(lines)

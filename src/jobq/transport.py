@@ -1,13 +1,15 @@
 """The one boundary between the worker pool and a queue backend.
 
 Only jobq's own types cross it. Implementations do not inherit from these Protocols;
-mypy checks that they conform where the container wires them.
+mypy checks that each conforms (``container._conforming``), and
+``tests/unit/test_conformance.py`` compares their signatures at run time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from jobq.job import Delivery
@@ -51,6 +53,13 @@ class Transport(Protocol):
     async def release(self, delivery: Delivery) -> None:
         """Hand back a job that was received but never started; its attempt does not count."""
 
+    @property
+    def connected(self) -> bool:
+        """False while the transport knows its connection to the server is down (/readyz)."""
+
+    def counters(self) -> Mapping[str, int]:
+        """The transport's own event counts by name (``metrics.TRANSPORT_COUNTERS``), read at scrape."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
@@ -84,3 +93,58 @@ class Publisher(Protocol):
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
                            timeout: float | None = None) -> list[str]:
         """Enqueue a batch in as few round trips as the backend allows (errors as ``enqueue``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Depth:
+    """Jobs in a queue by state as the server reports them, and the age of the oldest pending one.
+
+    The states are the backend's own (Postgres: pending/running/dead; RabbitMQ:
+    ready/unacked/dead/retry); a count is None where the backend cannot tell, and
+    ``oldest_pending_seconds`` is None when nothing waits or the backend cannot peek.
+    """
+
+    depth: Mapping[str, int | None]
+    oldest_pending_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeadJob:
+    """A dead-lettered job as ``jobq dead list`` shows it, on either backend.
+
+    Values are as the backend holds them: ``id`` is an int on Postgres and the message_id
+    text on RabbitMQ (None for a foreign message without one); ``finished_at`` a datetime, or
+    the ``x-jobq-dead-at`` text of a RabbitMQ message.
+    """
+
+    id: int | str | None
+    kind: str | None
+    attempts: int | None
+    max_attempts: int | None
+    last_error: str | None
+    finished_at: datetime | str | None
+    payload: Any  # parsed JSON, or the text cut short when it does not parse
+
+
+class Admin(Protocol):
+    """An operator's view of one queue: set-up, depth and the dead letters."""
+
+    async def init(self) -> str:
+        """Create or upgrade what the queue needs (idempotent); one line saying what was done."""
+
+    async def depth(self) -> Depth:
+        """The queue's jobs by state (one cheap round trip: the monitor polls it)."""
+
+    async def dead_list(self, limit: int = 100) -> list[DeadJob]:
+        """Dead jobs of the queue with their error, oldest first (they stay dead)."""
+
+    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+                           ) -> list[str]:
+        """Give dead jobs (all, these ids, and/or this kind) a fresh set of attempts; their ids.
+
+        Raises ConfigError naming the ids that are not dead jobs of the queue (nothing moved).
+        """
+
+    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+                         ) -> list[str]:
+        """Delete dead jobs (chosen as ``dead_requeue``); their ids."""

@@ -12,6 +12,7 @@ from jobq.job import Delivery, Outcome
 from jobq.metrics import Metrics, serve
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
+from jobq.transport import Depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from tests.scrape import get, parse, value
 
@@ -82,13 +83,16 @@ def test_latency_is_observed_for_done_jobs_only() -> None:
 
 
 class Counted(MemoryTransport):
-    """A transport that keeps the optional counters the metrics export, and says if connected."""
+    """A transport that keeps counters the metrics export, and says if connected."""
 
     def __init__(self, store: MemoryStore) -> None:
         super().__init__(store, queue="q")
         self.rescued = 0
         self.reconnects = 0
         self.connected = True
+
+    def counters(self) -> dict[str, int]:
+        return {"rescued": self.rescued, "reconnects": self.reconnects}
 
 
 async def test_gauges_and_transport_counters_are_read_at_scrape_time() -> None:
@@ -124,6 +128,18 @@ def test_transport_counters_are_exported_only_if_the_transport_keeps_them() -> N
     assert "jobq_rescued_leases_total" not in names and "jobq_reconnects_total" not in names
 
 
+def test_every_counter_a_transport_keeps_is_exported() -> None:
+    class Keeping(MemoryTransport):
+        def counters(self) -> dict[str, int]:
+            return {"rescued": 1, "reconnects": 2, "stale": 3, "buried": 4}
+
+    metrics = Metrics("memory", "q")
+    transport = Keeping(MemoryStore())
+    metrics.watch(make_pool(transport, None, metrics), transport)
+    assert sample(metrics, "jobq_stale_settles_total") == 3
+    assert sample(metrics, "jobq_buried_total") == 4
+
+
 class FailingOnce(MemoryTransport):
     """receive() fails with ConnectionLost until ``healed`` is set."""
 
@@ -154,9 +170,9 @@ async def test_readiness_follows_receive_failures_stop_and_the_transport() -> No
     transport.healed.set()
     await until(metrics.is_ready, "readiness after the transport healed")
     assert sample(metrics, "jobq_ready") == 1
-    transport.connected = False  # type: ignore[attr-defined]
+    transport.connected = False
     assert not metrics.is_ready()
-    transport.connected = True  # type: ignore[attr-defined]
+    transport.connected = True
     pool.stop()
     assert not metrics.is_ready()  # stopping: no longer consuming
     await task
@@ -164,8 +180,8 @@ async def test_readiness_follows_receive_failures_stop_and_the_transport() -> No
 
 def test_depth_gauges_take_whatever_states_the_backend_reports() -> None:
     metrics = Metrics("rabbitmq", "q")
-    metrics.depth({"depth": {"ready": 5, "unacked": 2, "dead": 1, "retry": 3, "done": None},
-                   "oldest_pending_seconds": None})
+    metrics.depth(Depth(depth={"ready": 5, "unacked": 2, "dead": 1, "retry": 3, "done": None},
+                        oldest_pending_seconds=None))
     names = {s.labels.get("state") for f in metrics.registry.collect() for s in f.samples
              if s.name == "jobq_queue_depth"}
     assert names == {"ready", "unacked", "dead", "retry"}  # None: not counted, not exported

@@ -17,6 +17,7 @@ from jobq.metrics import Metrics
 from jobq.monitor import Monitor, render_depth
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
+from jobq.transport import Depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
 
 
@@ -40,11 +41,11 @@ def idle_pool() -> WorkerPool:
 class Probe:
     """A fake ``admin.depth`` that answers from a list, raising the exceptions in it."""
 
-    def __init__(self, *answers: Mapping[str, Any] | Exception) -> None:
+    def __init__(self, *answers: Depth | Mapping[str, Any] | Exception) -> None:
         self.answers = list(answers)
         self.calls = 0
 
-    async def __call__(self) -> Mapping[str, Any]:
+    async def __call__(self) -> Any:
         self.calls += 1
         answer = self.answers[min(self.calls, len(self.answers)) - 1]
         if isinstance(answer, Exception):
@@ -58,9 +59,9 @@ def gauge(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 async def test_poller_sets_depth_and_counts_failures(caplog: pytest.LogCaptureFixture) -> None:
     metrics = Metrics("postgres", "q")
-    probe = Probe({"depth": {"pending": 7, "running": 1, "dead": 2}, "oldest_pending_seconds": 4.5},
+    probe = Probe(Depth(depth={"pending": 7, "running": 1, "dead": 2}, oldest_pending_seconds=4.5),
                   ConnectionLost("down"), ConnectionLost("still down"),
-                  {"depth": {"pending": 0, "running": 0, "dead": 2}, "oldest_pending_seconds": None})
+                  Depth(depth={"pending": 0, "running": 0, "dead": 2}, oldest_pending_seconds=None))
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.01,
                       summary_interval=0)
     await monitor.poll()
@@ -81,7 +82,7 @@ async def test_poller_sets_depth_and_counts_failures(caplog: pytest.LogCaptureFi
 
 async def test_run_polls_on_its_interval_and_beats() -> None:
     metrics = Metrics("postgres", "q")
-    probe = Probe({"depth": {"pending": 1}, "oldest_pending_seconds": 0.1})
+    probe = Probe(Depth(depth={"pending": 1}, oldest_pending_seconds=0.1))
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
                       summary_interval=0)
     monitor.start()
@@ -92,7 +93,7 @@ async def test_run_polls_on_its_interval_and_beats() -> None:
 
 
 async def test_without_metrics_depth_is_polled_only_for_the_summary() -> None:
-    probe = Probe({"depth": {"pending": 3}, "oldest_pending_seconds": 1.0})
+    probe = Probe(Depth(depth={"pending": 3}, oldest_pending_seconds=1.0))
     monitor = Monitor(idle_pool(), metrics=None, probe=probe, depth_interval=0.01,
                       summary_interval=0.1)
     monitor.start()
@@ -112,8 +113,8 @@ async def test_summary_line_in_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stderr", stream)
     configure("info", "json", transport="postgres", queue="q")
     pool = idle_pool()
-    monitor = Monitor(pool, metrics=None, probe=Probe({"depth": {"pending": 12, "running": 2},
-                                                       "oldest_pending_seconds": 3.25}),
+    monitor = Monitor(pool, metrics=None, probe=Probe(Depth(depth={"pending": 12, "running": 2},
+                                                             oldest_pending_seconds=3.25)),
                       depth_interval=1, summary_interval=30)
     mark = monitor.summary((0.0, 0, 0, 0))
     await monitor.poll()
@@ -144,8 +145,8 @@ def test_json_log_lines_carry_job_fields_and_context(monkeypatch: pytest.MonkeyP
 
 
 def test_stats_table() -> None:
-    text = render_depth({"depth": {"pending": 12345, "running": 4, "dead": 0},
-                         "oldest_pending_seconds": 81.25}, transport="postgres", queue="q")
+    text = render_depth(Depth(depth={"pending": 12345, "running": 4, "dead": 0},
+                              oldest_pending_seconds=81.25), transport="postgres", queue="q")
     assert text.splitlines() == [
         "queue 'q' on postgres",
         "state      jobs",
@@ -154,7 +155,7 @@ def test_stats_table() -> None:
         "dead          0",
         "oldest pending job: 81.2s old",
     ]
-    empty = render_depth({"depth": {"ready": 0, "unacked": None}, "oldest_pending_seconds": None},
+    empty = render_depth(Depth(depth={"ready": 0, "unacked": None}, oldest_pending_seconds=None),
                          transport="rabbitmq", queue="q")
     assert empty.splitlines()[2:] == ["ready       0", "unacked     -",
                                       "oldest pending job: none waiting"]
@@ -163,7 +164,7 @@ def test_stats_table() -> None:
 async def test_a_broken_probe_never_stops_the_monitor() -> None:
     metrics = Metrics("postgres", "q")
     probe = Probe(RuntimeError("a bug in a backend"), {"no depth": 1},
-                  {"depth": {"pending": 2}, "oldest_pending_seconds": 1.0})
+                  Depth(depth={"pending": 2}, oldest_pending_seconds=1.0))
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
                       summary_interval=0)
     monitor.start()

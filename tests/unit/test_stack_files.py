@@ -23,8 +23,9 @@ import yaml
 from jobq import Job, PermanentError, cli, config
 from jobq.config import Settings
 from jobq.job import Outcome
-from jobq.metrics import Metrics
+from jobq.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.processor import load_processor
+from jobq.transport import Depth
 from tests.conftest import ROOT, need_tool
 from tools.stack import composefile
 
@@ -210,13 +211,16 @@ def exported() -> dict[str, set[str]]:
         in_flight, buffered, consuming = 1, 0, True
 
     class Transport:
-        rescued, reconnects = 0, 0
+        connected = True
+
+        def counters(self) -> dict[str, int]:
+            return dict.fromkeys(TRANSPORT_COUNTERS, 0)
 
     metrics.watch(Pool(), Transport())
     job = Job(id="1", queue="q", kind="k", payload={}, attempt=2, enqueued_at=datetime.now(UTC))
     metrics.settled(Outcome.ACK, 0.1, None, job)
     metrics.settled(Outcome.DEAD, 0.1, PermanentError("x"), job)
-    metrics.depth({"depth": {"pending": 1}, "oldest_pending_seconds": 1.0})
+    metrics.depth(Depth(depth={"pending": 1}, oldest_pending_seconds=1.0))
     names: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         for s in family.samples:

@@ -55,6 +55,7 @@ class MemoryTransport:
 
     name = "memory"
     drain_timeout = 0.0
+    connected = True  # nothing to lose; tests set it to model a lost connection
 
     def __init__(self, store: MemoryStore, *, queue: str = "default") -> None:
         self.store = store
@@ -66,6 +67,10 @@ class MemoryTransport:
 
     async def close(self) -> None:
         """Nothing to flush."""
+
+    def counters(self) -> dict[str, int]:
+        """None kept: nothing here can be rescued, reconnected or stale."""
+        return {}
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Claim due pending entries; wait up to ``timeout`` for one to appear."""

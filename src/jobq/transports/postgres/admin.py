@@ -11,6 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.errors import ConfigError
+from jobq.transport import DeadJob, Depth
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Migration, Queries, migrations
@@ -71,7 +72,13 @@ class PostgresAdmin:
         self._fetch = pool_fetch(pool, self._q)
         self._queue = queue
 
-    async def init(self) -> list[Migration]:
+    async def init(self) -> str:
+        """Create or upgrade the schema; one line naming the migrations applied now, if any."""
+        applied = await self._migrate()
+        return f"schema {self._schema!r}: " + (
+            ", ".join(f"applied migration {m.version} ({m.title})" for m in applied) or "up to date")
+
+    async def _migrate(self) -> list[Migration]:
         """Create or upgrade the schema; return the migrations applied now (none if current)."""
         applied: list[Migration] = []
         with translated("postgres init"):
@@ -91,34 +98,35 @@ class PostgresAdmin:
                     applied.append(m)
         return applied
 
-    async def dead_list(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs of the queue with their error, oldest first."""
         rows = await self._fetch("dead_list", {"queue": self._queue, "limit": limit})
-        keys = ("id", "kind", "attempts", "max_attempts", "last_error", "finished_at", "payload")
-        return [dict(zip(keys, (*row[:-1], shown_payload(row[-1])), strict=True)) for row in rows]
+        return [DeadJob(id=job_id, kind=kind, attempts=attempts, max_attempts=max_attempts,
+                        last_error=error, finished_at=finished, payload=shown_payload(payload))
+                for job_id, kind, attempts, max_attempts, error, finished, payload in rows]
 
     async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
-                           ) -> list[int]:
+                           ) -> list[str]:
         """Move dead jobs back to pending with attempts reset; unknown ids are refused."""
         await self._check_ids(ids)
         rows = await self._fetch("dead_requeue", {"queue": self._queue, "ids": ids, "kind": kind})
-        return [row[0] for row in rows]
+        return [str(row[0]) for row in rows]
 
     async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
-                         ) -> list[int]:
+                         ) -> list[str]:
         """Delete dead jobs; unknown ids are refused."""
         await self._check_ids(ids)
         rows = await self._fetch("dead_purge", {"queue": self._queue, "ids": ids, "kind": kind})
-        return [row[0] for row in rows]
+        return [str(row[0]) for row in rows]
 
-    async def depth(self) -> dict[str, Any]:
+    async def depth(self) -> Depth:
         """Jobs still in the queue by state (pending, running, dead; done ones are not counted)
         and the age in seconds of the oldest pending job (None when none waits)."""
         rows = await self._fetch("depth", {"queue": self._queue})
-        counts = {status: int(n) for status, n, _ in rows}
+        counts: dict[str, int | None] = {status: int(n) for status, n, _ in rows}
         oldest = next((float(age) for status, _, age in rows
                        if status == "pending" and age is not None), None)
-        return {"depth": counts, "oldest_pending_seconds": oldest}
+        return Depth(depth=counts, oldest_pending_seconds=oldest)
 
     async def _check_ids(self, ids: Sequence[int] | None) -> None:
         if not ids:

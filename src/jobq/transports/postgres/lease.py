@@ -64,9 +64,19 @@ class PostgresTransport:
         self._unsure: set[int] = set()  # acks of a flush that failed: it may have committed
         self._acks_waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.rescued = 0  # expired leases freed by this consumer (metrics read it)
-        self.reconnects = 0  # LISTEN and pool connections regained after a loss (metrics)
+        self.rescued = 0  # expired leases freed by this consumer
+        self.reconnects = 0  # LISTEN and pool connections regained after a loss
+        self.stale = 0  # outcomes not written: the job's lease had expired
         self._lost = False
+
+    @property
+    def connected(self) -> bool:
+        """False from a lost connection until a statement succeeds again."""
+        return not self._lost
+
+    def counters(self) -> dict[str, int]:
+        """Rescued leases, reconnects and stale settles (exported as metrics)."""
+        return {"rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale}
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
@@ -206,6 +216,7 @@ class PostgresTransport:
 
     def _stale(self, outcome: str, count: int) -> None:
         """Outcomes not written: those jobs' leases expired before they settled."""
+        self.stale += count
         self._log.warning(
             "%d %s(s) not written: the job's lease expired before it settled, so it was rescued "
             "and runs again (or is running in another consumer, which writes its outcome); "

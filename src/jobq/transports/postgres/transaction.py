@@ -90,7 +90,17 @@ class PgTransactionTransport:
         self._news = False  # a NOTIFY came since the sweep began
         self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
-        self.buried = 0
+        self.buried = 0  # dead-lettered unrun: every attempt's consumer died before settling
+
+    @property
+    def connected(self) -> bool:
+        """Always True: each job holds its own connection, and a lost one fails that job's
+        settle or the next claim, which the pool reports (``consuming``)."""
+        return True
+
+    def counters(self) -> dict[str, int]:
+        """Jobs buried unrun (exported as a metric)."""
+        return {"buried": self.buried}
 
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from datetime import datetime
 
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
+from jobq.transport import DeadJob, Depth
 from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
@@ -32,7 +33,7 @@ from jobq.transports.rabbitmq.topology import Topology
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 
 
-def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
+def dead_row(message: AbstractIncomingMessage) -> DeadJob:
     """A dead message as the same row `jobq dead list` shows for Postgres."""
     headers = message.headers or {}
     deaths = headers.get("x-death")
@@ -41,12 +42,21 @@ def dead_row(message: AbstractIncomingMessage) -> dict[str, Any]:
     if error is None and death:  # dead-lettered by the broker itself (x-delivery-limit, ...)
         error = (f"dead-lettered by RabbitMQ: {as_text(death.get('reason'))} "
                  f"from {as_text(death.get('queue'))}")
-    return {
-        "id": message.message_id, "kind": message.type,
-        "attempts": headers.get(ATTEMPTS_USED, headers.get(ATTEMPT)),
-        "max_attempts": headers.get(MAX_ATTEMPTS), "last_error": error,
-        "finished_at": headers.get(DEAD_AT, death.get("time")), "payload": shown_payload(message.body),
-    }
+    finished = headers.get(DEAD_AT, death.get("time"))
+    return DeadJob(
+        id=message.message_id, kind=message.type,
+        attempts=_count(headers.get(ATTEMPTS_USED, headers.get(ATTEMPT))),
+        max_attempts=_count(headers.get(MAX_ATTEMPTS)),
+        last_error=None if error is None else as_text(error),
+        finished_at=finished if finished is None or isinstance(finished, datetime | str)
+        else as_text(finished),
+        payload=shown_payload(message.body),
+    )
+
+
+def _count(value: object) -> int | None:
+    # jobq writes these headers as ints; another client's value of another type is not a count.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RabbitAdmin:
@@ -67,7 +77,7 @@ class RabbitAdmin:
         return (f"RabbitMQ at {self._link.address}: exchange {t.exchange!r} -> {t.queue_type} queue "
                 f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}) declared")
 
-    async def depth(self) -> dict[str, Any]:
+    async def depth(self) -> Depth:
         """Messages by state: ready in the work queue, waiting in the retry tiers, dead.
 
         ``unacked`` is None: AMQP's passive declare reports only ready messages, and the
@@ -81,11 +91,11 @@ class RabbitAdmin:
                 queue = await channel.declare_queue(name, passive=True)
                 counts[name] = int(queue.declaration_result.message_count or 0)
         retry = sum(counts[t.tier_name(d)] for d in t.tiers)
-        return {"depth": {"ready": counts[t.queue], "unacked": None, "dead": counts[t.dead],
-                          "retry": retry},
-                "oldest_pending_seconds": None}
+        return Depth(depth={"ready": counts[t.queue], "unacked": None, "dead": counts[t.dead],
+                            "retry": retry},
+                     oldest_pending_seconds=None)
 
-    async def dead_list(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs with their error, oldest first (they stay in the dead queue)."""
         async with self._channel(confirms=False) as channel:
             return [dead_row(m) for m in await self._walk(channel, limit)]

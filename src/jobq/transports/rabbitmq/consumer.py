@@ -78,6 +78,15 @@ class RabbitTransport:
         self.stale = 0  # settles dropped because their session had ended
         self.reconnects = 0
 
+    @property
+    def connected(self) -> bool:
+        """True while a session is consuming; False from a lost one until it resumes."""
+        return self._resumed.is_set()
+
+    def counters(self) -> dict[str, int]:
+        """Stale settles and reconnects (exported as metrics)."""
+        return {"stale": self.stale, "reconnects": self.reconnects}
+
     async def open(self) -> None:
         """Declare the topology and start consuming; keep doing so across reconnects."""
         await self._start_session()
