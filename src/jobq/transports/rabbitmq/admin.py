@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import Any
 
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
@@ -25,7 +26,7 @@ from jobq.transports.rabbitmq.codec import (
     ERROR,
     MAX_ATTEMPTS,
     as_text,
-    make_message,
+    republish,
 )
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.topology import Topology
@@ -106,17 +107,18 @@ class RabbitAdmin:
         t = self._topology
         async with self._channel(confirms=False) as getter, self._channel(confirms=True) as pub:
             chosen = self._choose(await self._walk(getter), ids, kind)
-            exchange = await pub.get_exchange(t.exchange, ensure=False)
+            raw = await pub.get_underlay_channel()
             for message in chosen:
-                old = message.headers or {}
-                headers = {k: v for k, v in old.items() if k not in _DEAD_HEADERS}
-                headers[ATTEMPT] = 1
-                if old.get(ERROR) is not None:
-                    headers["x-jobq-last-error"] = old[ERROR]
-                copy = make_message(message.body, headers=headers, message_id=message.message_id,
-                                    kind=message.type, timestamp=message.timestamp,
-                                    content_type=message.content_type)
-                await exchange.publish(copy, routing_key=t.queue, mandatory=True)
+                # The same encoder as every other copy jobq publishes (codec.republish): broker
+                # headers (x-death, ...) and the dead-letter's own headers go, attempts restart.
+                reset: dict[str, Any] = {ATTEMPT: 1}
+                error = (message.headers or {}).get(ERROR)
+                if error is not None:
+                    reset["x-jobq-last-error"] = error
+                body, props = republish(message.body, message.properties, reset, drop=_DEAD_HEADERS)
+                with translated(f"rabbitmq publish to {t.queue}"):
+                    await raw.basic_publish(body, exchange=t.exchange, routing_key=t.queue,
+                                            properties=props, mandatory=True)
                 await message.ack()
         return [str(m.message_id) for m in chosen]
 

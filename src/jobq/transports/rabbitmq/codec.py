@@ -80,16 +80,6 @@ def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
     return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now)
 
 
-def make_message(body: bytes, *, headers: dict[str, Any], message_id: str | None, kind: str | None,
-                 timestamp: datetime | None, content_type: str | None = None) -> aio_pika.Message:
-    """A persistent jobq message as an aio-pika Message (``jobq dead requeue`` publishes these)."""
-    return aio_pika.Message(
-        body, headers=headers, content_type=content_type or CONTENT_TYPE,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT, message_id=message_id,
-        timestamp=timestamp, type=kind,
-    )
-
-
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
               drop: tuple[str, ...] = ()) -> Outgoing:
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
