@@ -34,6 +34,7 @@ from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -193,7 +194,7 @@ class PgTransactionTransport:
         async with self._settling(claim, "retry" if status == "pending" else "dead"):
             await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, {
                 "id": claim.job_id, "status": status,
-                "delay": delay, "reason": reason})
+                "delay": delay, "reason": storable(reason)})
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
