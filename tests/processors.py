@@ -93,3 +93,25 @@ def effect(table: str, fail_kind: str = "", sleep_ms: float = 0.0) -> Any:
 async def deallocate(job: Job) -> None:
     """Drop every prepared statement of the job's connection, as a pooler's reset would."""
     await job.context.execute("DEALLOCATE ALL")
+
+
+def poison(directory: str, kind: str = "poison", min_ms: float = 100.0, max_ms: float = 300.0) -> Any:
+    """Kill the process on a job of ``kind``; sleep ``min_ms``-``max_ms`` and record the others.
+
+    The poison job writes ``<id> <attempt>`` to ``directory/poison.runs`` before it dies, so a
+    test can count its own runs; the others append their id to ``directory/<pid>.log``.
+    """
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
+    rand = random.Random()
+
+    async def handle(job: Job) -> None:
+        if job.kind == kind:
+            with (path / "poison.runs").open("a", encoding="utf-8") as runs:
+                runs.write(f"{job.id} {job.attempt}\n")
+            os._exit(137)
+        await asyncio.sleep(rand.uniform(min_ms, max_ms) / 1000)
+        out.write(f"{job.id}\n")
+
+    return handle
