@@ -60,7 +60,7 @@ async def test_a_job_whose_settle_failed_is_no_longer_heartbeated(settle: str) -
     await t.open()
     try:
         got = await t.receive(2, 0.1)
-        assert [d.handle.id for d in got] == [1, 2]
+        assert [d.handle[0] for d in got] == [1, 2]
         with pytest.raises(TransportError):
             if settle == "retry":
                 await t.retry(got[0], 1.0, "ValueError: boom")

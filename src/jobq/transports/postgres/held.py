@@ -1,30 +1,24 @@
 """Lease mode's record of the claims a consumer holds, for fencing its writes to them.
 
 Every claim has a token (``locked_by``: the consumer's id and the claim's number). A delivery's
-handle is a ``Lease``, the job's id and that token, and every write after the claim matches
-both, so a delivery whose lease expired never settles a newer claim of the same job.
+handle is a ``Lease``, the pair (job id, that token), and every write after the claim matches
+both, so a delivery whose lease expired never settles a newer claim of the same job. Plain
+tuples: an ack costs a few of these operations per job, and a no-op job's whole budget is
+a few dozen microseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Lease = tuple[int, str]  # (job id, claim token)
 
 
-class Lease(NamedTuple):
-    """A lease-mode delivery's handle: the job's id and the token of the claim that took it."""
-
-    id: int
-    token: str
-
-
-def pairs(leases: Iterable[Lease]) -> dict[str, list[Any]]:
+def pairs(leases: Sequence[Lease]) -> dict[str, list[Any]]:
     """Parameters ``ids`` and ``tokens`` of a statement fenced to several claims."""
-    ids, tokens = [], []
-    for lease in leases:
-        ids.append(lease.id)
-        tokens.append(lease.token)
-    return {"ids": ids, "tokens": tokens}
+    return {"ids": [lease[0] for lease in leases], "tokens": [lease[1] for lease in leases]}
 
 
 class Held:
@@ -32,14 +26,16 @@ class Held:
 
     def __init__(self) -> None:
         self._by_id: dict[int, str] = {}
-        self._writing: set[Lease] = set()  # settles in flight: a heartbeat must not call them lost
+        self._settling: set[Lease] = set()  # retries, dead-letters, releases being written
+        self.flushing: list[Sequence[Lease]] = []  # batches of acks being written
         self.unsure: set[Lease] = set()  # acks of a flush that failed: it may have committed
 
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
-    def __contains__(self, lease: object) -> bool:
-        return isinstance(lease, Lease) and self._by_id.get(lease.id) == lease.token
+    def holds(self, lease: Lease) -> bool:
+        """Whether ``lease`` is still ours (not settled, not lost, not claimed again since)."""
+        return self._by_id.get(lease[0]) == lease[1]
 
     def claimed(self, token: str, ids: Iterable[int]) -> None:
         """A claim took the jobs ``ids`` (a newer claim of a job replaces the older one)."""
@@ -47,28 +43,33 @@ class Held:
 
     def leases(self) -> list[Lease]:
         """Every lease held now."""
-        return [Lease(*item) for item in self._by_id.items()]
+        return list(self._by_id.items())
 
-    def writing(self, leases: Iterable[Lease]) -> None:
-        """Settles of ``leases`` are being written."""
-        self._writing.update(leases)
+    def settling(self, lease: Lease) -> None:
+        """A retry, dead-letter or release of ``lease`` is being written."""
+        self._settling.add(lease)
 
-    def written(self, leases: Iterable[Lease], *, settled: bool) -> None:
-        """Their writes ended; ``settled``: let them go (never a newer claim of the same job)."""
-        for lease in leases:
-            self._writing.discard(lease)
-            if settled and lease in self:
-                del self._by_id[lease.id]
+    def let_go(self, leases: Iterable[Lease]) -> None:
+        """Their writes ended: stop holding them (never a newer claim of the same job)."""
+        by_id = self._by_id
+        for job_id, token in leases:
+            if by_id.get(job_id) == token:
+                del by_id[job_id]
+        if self._settling:
+            self._settling.difference_update(leases)
 
-    def drop_lost(self, asked: Iterable[Lease], kept: Iterable[Lease]) -> list[Lease]:
-        """After a heartbeat of ``asked`` that renewed ``kept``: drop and return the lost ones.
+    def drop_lost(self, asked: Iterable[Lease], renewed: Iterable[Lease]) -> list[Lease]:
+        """After a heartbeat of ``asked`` that renewed ``renewed``: drop and return the lost ones.
 
         Not lost: settled meanwhile (their write may have committed before the heartbeat ran),
         or acked by a flush that failed late.
         """
-        renewed = set(kept)
-        lost = [lease for lease in asked if lease not in renewed and lease in self
-                and lease not in self._writing and lease not in self.unsure]
-        for lease in lost:
-            del self._by_id[lease.id]
+        kept = set(renewed)
+        lost = [lease for lease in asked if lease not in kept and self.holds(lease)]
+        if lost:
+            writing = self._settling.union(itertools.chain.from_iterable(self.flushing),
+                                           self.unsure)
+            lost = [lease for lease in lost if lease not in writing]
+        for job_id, _ in lost:
+            del self._by_id[job_id]
         return lost

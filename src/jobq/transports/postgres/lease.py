@@ -106,7 +106,7 @@ class PostgresTransport:
             if rows:
                 deliveries = [row_to_delivery(row, self._queue, self._limits) for row in rows]
                 for delivery, row in zip(deliveries, rows, strict=True):
-                    delivery.handle = Lease(row[0], token)
+                    delivery.handle = (row[0], token)
                 return deliveries
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -126,7 +126,7 @@ class PostgresTransport:
             with contextlib.suppress(Exception):
                 taken = await claim
                 if taken:
-                    await self._run("release", {**pairs(Lease(row[0], token) for row in taken),
+                    await self._run("release", {**pairs([(row[0], token) for row in taken]),
                                                 "channel": self._q.channel})
             raise
         self._held.claimed(token, (row[0] for row in rows))
@@ -135,7 +135,7 @@ class PostgresTransport:
     async def ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
         lease: Lease = delivery.handle
-        if lease not in self._held:
+        if not self._held.holds(lease):
             self._stale("ack", 1)
             return
         self._acks.append(lease)
@@ -158,22 +158,22 @@ class PostgresTransport:
     async def release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken."""
         lease: Lease = delivery.handle
-        if lease not in self._held:
+        if not self._held.holds(lease):
             return  # rescued already: pending again, or another claim's
-        self._held.writing([lease])
+        self._held.settling(lease)
         try:
             await self._run("release", {**pairs([lease]), "channel": self._q.channel})
         finally:
-            self._held.written([lease], settled=True)
+            self._held.let_go([lease])
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
         lease: Lease = delivery.handle
-        if lease not in self._held:  # a heartbeat found the lease lost: not ours to write
+        if not self._held.holds(lease):  # a heartbeat found the lease lost: not ours to write
             self._stale(name, 1)
             return
-        self._held.writing([lease])
+        self._held.settling(lease)
         try:
-            rows = await self._run(name, {"id": lease.id, "token": lease.token, **params},
+            rows = await self._run(name, {"id": lease[0], "token": lease[1], **params},
                                    fetch=True)
             if not rows:
                 self._stale(name, 1)
@@ -181,7 +181,7 @@ class PostgresTransport:
             # Even when the write failed: a job we stop heartbeating has its lease expire and is
             # rescued (run again). Kept in _held, its lease would be renewed for as long as this
             # consumer lives, and the job would stay 'running' and never end.
-            self._held.written([lease], settled=True)
+            self._held.let_go([lease])
 
     async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
         try:
@@ -204,7 +204,7 @@ class PostgresTransport:
         if not self._acks:
             return
         leases, self._acks = self._acks, []
-        self._held.writing(leases)
+        self._held.flushing.append(leases)
         try:
             rows = await self._run("ack", pairs(leases), fetch=True)
         except BaseException:
@@ -215,11 +215,12 @@ class PostgresTransport:
             self._acks[:0] = leases
             self._held.unsure.update(leases)
             self._acks_waiting.set()
-            self._held.written(leases, settled=False)
             raise
-        self._held.written(leases, settled=True)
+        finally:
+            self._held.flushing.remove(leases)
+        self._held.let_go(leases)
         if len(rows) < len(leases):  # not all still ours, or acked by a flush that failed late
-            stale = set(leases).difference(Lease(*row) for row in rows).difference(self._held.unsure)
+            stale = set(leases).difference(map(tuple, rows)).difference(self._held.unsure)
             if stale:
                 self._stale("ack", len(stale))
         if self._held.unsure:
@@ -259,14 +260,14 @@ class PostgresTransport:
                                fetch=True)
         if len(rows) == len(leases):
             return
-        lost = self._held.drop_lost(leases, (Lease(*row) for row in rows))
+        lost = self._held.drop_lost(leases, map(tuple, rows))
         if lost:
             self.leases_lost += len(lost)
             self._log.warning(
                 "lost the lease of %d job(s) (ids %s): no heartbeat for longer than "
                 "postgres.lease (%.1fs; a blocked event loop or an unreachable server), so they "
                 "were rescued; this consumer stops renewing them and will not write their "
-                "outcomes", len(lost), ", ".join(str(lease.id) for lease in lost[:10]),
+                "outcomes", len(lost), ", ".join(str(job_id) for job_id, _ in lost[:10]),
                 self._cfg.lease)
 
     async def _rescue(self) -> None:
