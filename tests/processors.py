@@ -139,13 +139,24 @@ def fail_at_commit(how: str, table: str = "") -> Any:
     return handle
 
 
-def poison(directory: str, kind: str = "poison") -> Any:
-    """Kill the process (as a segfault would) on jobs of ``kind``; record the others (``record``)."""
+def poison(directory: str, kind: str = "poison", min_ms: float = 0.0, max_ms: float = 0.0) -> Any:
+    """Kill the process (as a segfault would) on a job of ``kind``; record the others (``record``)
+    after sleeping ``min_ms``-``max_ms``.
+
+    The poison job writes ``<id> <attempt>`` to ``directory/poison.runs`` before it dies, so a
+    test can count its own runs; the others append their id to ``directory/<pid>.log``.
+    """
+    path = Path(directory)
     innocent = record(directory)
+    rand = random.Random()
 
     async def handle(job: Job) -> None:
         if job.kind == kind:
+            with (path / "poison.runs").open("a", encoding="utf-8") as runs:
+                runs.write(f"{job.id} {job.attempt}\n")
             os._exit(137)
+        if max_ms:
+            await asyncio.sleep(rand.uniform(min_ms, max_ms) / 1000)
         await innocent(job)
 
     return handle

@@ -103,11 +103,13 @@ class PostgresConfig:
     dsn: str = field(default="postgresql://postgres@127.0.0.1:5432/test", repr=False)
     schema: str = "jobq"
     claim: Literal["lease", "transaction"] = "lease"
-    lease: float = 60.0
+    # A dead consumer's jobs are free one lease after its last heartbeat and handed out again
+    # by the next rescue: within lease + rescue_interval = 15 s (docs/architecture.md, Leases).
+    lease: float = 12.0
     heartbeat: float = 0.0  # 0: a third of the lease
     notify: bool = True
     poll_interval: float = 1.0
-    rescue_interval: float = 5.0
+    rescue_interval: float = 3.0
     pool_size: int = 0  # 0: derived from the claim mode and concurrency
     ack_batch: int = 1000
     ack_interval: float = 0.02

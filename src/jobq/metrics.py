@@ -36,6 +36,9 @@ TRANSPORT_COUNTERS = {
     "stale": ("jobq_stale_settles", "Outcomes not written because the delivery was no longer this "
                                     "consumer's (lease expired, or its connection was lost); the "
                                     "job runs again."),
+    "leases_lost": ("jobq_leases_lost", "Leases a heartbeat found taken from this consumer (it stalled "
+                                        "past its lease and the job was rescued); their settles are "
+                                        "not sent."),
     "buried": ("jobq_buried", "Jobs dead-lettered unrun: every attempt's consumer died before "
                               "settling it."),
 }

@@ -270,6 +270,7 @@ def test_picks_and_heartbeats_are_hot_updates(pg_dsn: str, schema: str, queue_na
         conn.commit()
         before = conn.execute(hot).fetchall()[0]
         conn.execute(Queries(schema)["heartbeat"],
-                     {"ids": [int(r[0]) for r in running], "lease": 60.0, "worker": "w"})
+                     {"ids": [int(r[0]) for r in running], "tokens": ["w"] * len(running),
+                      "lease": 60.0})
         after = conn.execute(hot).fetchall()[0]
     assert (after[0] - before[0], after[1] - before[1]) == (5, 5)

@@ -3,6 +3,7 @@
 The claim returns payload and headers as JSON text (``::text``), so the size limits are checked
 on the text before it is parsed, and a value Python cannot parse (nested too deeply) is a
 reason, not an exception in the middle of a claim. Already decoded values are accepted too.
+An eighth field, if the row has one, is lease mode's ``isolate`` (the job runs alone).
 ``row_to_delivery`` never raises: whatever it is given ends as a Delivery, malformed or not.
 """
 
@@ -28,9 +29,10 @@ def _count(value: Any, name: str, minimum: int) -> tuple[int, str | None]:
 
 
 def row_to_delivery(row: Row, queue: str, limits: LimitsConfig | None = None) -> Delivery:
-    """``(id, kind, payload, headers, attempts, max_attempts, created_at)`` -> Delivery."""
+    """``(id, kind, payload, headers, attempts, max_attempts, created_at[, isolate])`` -> Delivery."""
     limits = limits or _DEFAULT_LIMITS
-    values = list(row)[:len(FIELDS)]
+    given = list(row)
+    values = given[:len(FIELDS)]
     problems: list[str | None] = []
     if len(values) < len(FIELDS):
         problems.append(f"missing fields: {', '.join(FIELDS[len(values):])}")
@@ -55,4 +57,6 @@ def row_to_delivery(row: Row, queue: str, limits: LimitsConfig | None = None) ->
         enqueued_at=created_at if isinstance(created_at, datetime) else None,
         headers={str(k): "" if v is None else str(v) for k, v in headers.items()} if headers else {},
     )
-    return Delivery(job=job, handle=job_id, malformed=next((p for p in problems if p), None))
+    isolate = len(given) > len(FIELDS) and given[len(FIELDS)] is True
+    return Delivery(job=job, handle=job_id, malformed=next((p for p in problems if p), None),
+                    isolate=isolate)

@@ -3,6 +3,7 @@
 A claim commits at once and marks its rows ``running`` with a lease; the lease is extended
 while this consumer holds the job, and any consumer frees expired leases (rescue). Idle
 consumers sleep on LISTEN and poll as a fallback (delayed retries never notify).
+Every write after the claim is fenced to that claim (``held.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,8 +26,10 @@ from jobq.job import Delivery
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.held import Held, Lease, pairs
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 NEEDS = {"jobs": "SELECT,UPDATE"}  # what a lease-mode consumer does to its tables (docs/security.md)
@@ -59,14 +63,15 @@ class PostgresTransport:
         self._log = logger or logging.getLogger("jobq.postgres")
         self._worker = consumer_id()
         self._wake = asyncio.Event()
-        self._held: set[int] = set()  # claimed by us and not yet settled in the database
-        self._acks: list[int] = []
-        self._unsure: set[int] = set()  # acks of a flush that failed: it may have committed
+        self._claims = itertools.count(1)  # numbers this consumer's claims: their tokens
+        self._held = Held()  # claimed by us and not yet settled in the database (or lost)
+        self._acks: list[Lease] = []
         self._acks_waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.rescued = 0  # expired leases freed by this consumer
         self.reconnects = 0  # LISTEN and pool connections regained after a loss
         self.stale = 0  # outcomes not written: the job's lease had expired
+        self.leases_lost = 0  # jobs a heartbeat found rescued from under this consumer
         self._lost = False
 
     @property
@@ -75,8 +80,9 @@ class PostgresTransport:
         return not self._lost
 
     def counters(self) -> dict[str, int]:
-        """Rescued leases, reconnects and stale settles (exported as metrics)."""
-        return {"rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale}
+        """Rescued leases, reconnects, stale settles and lost leases (exported as metrics)."""
+        return {"rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale,
+                "leases_lost": self.leases_lost}
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
@@ -108,18 +114,21 @@ class PostgresTransport:
         deadline = loop.time() + timeout
         while True:
             self._wake.clear()
-            rows = await self._claim(max_count)
+            token, rows = await self._claim(max_count)
             if rows:
-                return [row_to_delivery(row, self._queue, self._limits) for row in rows]
+                deliveries = [row_to_delivery(row, self._queue, self._limits) for row in rows]
+                for delivery, row in zip(deliveries, rows, strict=True):
+                    delivery.handle = (row[0], token)
+                return deliveries
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
 
-    async def _claim(self, limit: int) -> list[Any]:
-        params = {"queue": self._queue, "limit": limit, "lease": self._cfg.lease,
-                  "worker": self._worker}
+    async def _claim(self, limit: int) -> tuple[str, list[Any]]:
+        token = f"{self._worker}/{next(self._claims)}"
+        params = {"queue": self._queue, "limit": limit, "lease": self._cfg.lease, "token": token}
         claim = asyncio.ensure_future(self._run("claim", params, fetch=True))
         try:
             rows = await asyncio.shield(claim)
@@ -129,15 +138,19 @@ class PostgresTransport:
             with contextlib.suppress(Exception):
                 taken = await claim
                 if taken:
-                    await self._run("release", {"ids": [row[0] for row in taken],
-                                                "worker": self._worker, "channel": self._q.channel})
+                    await self._run("release", {**pairs([(row[0], token) for row in taken]),
+                                                "channel": self._q.channel})
             raise
-        self._held.update(row[0] for row in rows)
-        return rows
+        self._held.claimed(token, (row[0] for row in rows))
+        return token, rows
 
     async def ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
-        self._acks.append(delivery.handle)
+        lease: Lease = delivery.handle
+        if not self._held.holds(lease):
+            self._stale("ack", 1)
+            return
+        self._acks.append(lease)
         if len(self._acks) >= self._cfg.ack_batch:
             # A failed flush keeps its ids and re-arms the flusher, which retries with backoff:
             # the ack is not lost, so it must not be reported to the pool as a failed settle.
@@ -148,23 +161,31 @@ class PostgresTransport:
 
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Back to pending with ``run_at`` moved ``delay`` seconds ahead."""
-        await self._settle_one("retry", delivery, {"delay": delay, "reason": reason})
+        await self._settle_one("retry", delivery, {"delay": delay, "reason": storable(reason)})
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Status dead, ``last_error`` = reason."""
-        await self._settle_one("dead", delivery, {"reason": reason})
+        await self._settle_one("dead", delivery, {"reason": storable(reason)})
 
     async def release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken."""
+        lease: Lease = delivery.handle
+        if not self._held.holds(lease):
+            return  # rescued already: pending again, or another claim's
+        self._held.settling(lease)
         try:
-            await self._run("release", {"ids": [delivery.handle], "worker": self._worker,
-                                        "channel": self._q.channel})
+            await self._run("release", {**pairs([lease]), "channel": self._q.channel})
         finally:
-            self._held.discard(delivery.handle)
+            self._held.let_go([lease])
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
+        lease: Lease = delivery.handle
+        if not self._held.holds(lease):  # a heartbeat found the lease lost: not ours to write
+            self._stale(name, 1)
+            return
+        self._held.settling(lease)
         try:
-            rows = await self._run(name, {"id": delivery.handle, "worker": self._worker, **params},
+            rows = await self._run(name, {"id": lease[0], "token": lease[1], **params},
                                    fetch=True)
             if not rows:
                 self._stale(name, 1)
@@ -172,7 +193,7 @@ class PostgresTransport:
             # Even when the write failed: a job we stop heartbeating has its lease expire and is
             # rescued (run again). Kept in _held, its lease would be renewed for as long as this
             # consumer lives, and the job would stay 'running' and never end.
-            self._held.discard(delivery.handle)
+            self._held.let_go([lease])
 
     async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
         try:
@@ -194,25 +215,28 @@ class PostgresTransport:
     async def _flush(self) -> None:
         if not self._acks:
             return
-        ids, self._acks = self._acks, []
+        leases, self._acks = self._acks, []
+        self._held.flushing.append(leases)
         try:
-            rows = await self._run("ack", {"ids": ids, "worker": self._worker}, fetch=True)
+            rows = await self._run("ack", pairs(leases), fetch=True)
         except BaseException:
             # Failed or cancelled mid-statement (close() cancels the flush loop): keep them for
             # the next try. Acking twice is harmless; the lease keeps them ours meanwhile.
             # Re-arm the flusher: without it the retry would wait for some later ack, which an
             # idle consumer never gets, and these jobs would stay 'running' for good.
-            self._acks[:0] = ids
-            self._unsure.update(ids)
+            self._acks[:0] = leases
+            self._held.unsure.update(leases)
             self._acks_waiting.set()
             raise
-        self._held.difference_update(ids)
-        if len(rows) < len(ids):  # not all still ours, or acked by a flush that failed late
-            stale = set(ids).difference(row[0] for row in rows).difference(self._unsure)
+        finally:
+            self._held.flushing.remove(leases)
+        self._held.let_go(leases)
+        if len(rows) < len(leases):  # not all still ours, or acked by a flush that failed late
+            stale = set(leases).difference(map(tuple, rows)).difference(self._held.unsure)
             if stale:
                 self._stale("ack", len(stale))
-        if self._unsure:
-            self._unsure.difference_update(ids)
+        if self._held.unsure:
+            self._held.unsure.difference_update(leases)
 
     def _stale(self, outcome: str, count: int) -> None:
         """Outcomes not written: those jobs' leases expired before they settled."""
@@ -239,9 +263,25 @@ class PostgresTransport:
         heartbeat = self._cfg.heartbeat or self._cfg.lease / 3
         await asyncio.sleep(min(heartbeat, self._cfg.rescue_interval))
         if self._held:
-            await self._run("heartbeat", {"ids": list(self._held), "lease": self._cfg.lease,
-                                          "worker": self._worker})
+            await self._heartbeat()
         await self._rescue()
+
+    async def _heartbeat(self) -> None:
+        """Extend our leases; drop the ones found lost (rescued: another claim's now, or pending)."""
+        leases = self._held.leases()
+        rows = await self._run("heartbeat", {**pairs(leases), "lease": self._cfg.lease},
+                               fetch=True)
+        if len(rows) == len(leases):
+            return
+        lost = self._held.drop_lost(leases, map(tuple, rows))
+        if lost:
+            self.leases_lost += len(lost)
+            self._log.warning(
+                "lost the lease of %d job(s) (ids %s): no heartbeat for longer than "
+                "postgres.lease (%.1fs; a blocked event loop or an unreachable server), so they "
+                "were rescued; this consumer stops renewing them and will not write their "
+                "outcomes", len(lost), ", ".join(str(job_id) for job_id, _ in lost[:10]),
+                self._cfg.lease)
 
     async def _rescue(self) -> None:
         rows = await self._run("rescue", {"queue": self._queue}, fetch=True)

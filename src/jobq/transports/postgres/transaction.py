@@ -40,6 +40,7 @@ from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.job_connection import HOW, JobConnection
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -230,7 +231,7 @@ class PgTransactionTransport:
         # Back to the savepoint taken with the claim: the handler's writes are undone, the
         # row stays locked while the failure is written, and all of it is one round trip.
         async with self._settling(claim, "retry" if status == "pending" else "dead"):
-            params = {"id": claim.job_id, "status": status, "delay": delay, "reason": reason}
+            params = {"id": claim.job_id, "status": status, "delay": delay, "reason": storable(reason)}
             if not claim.ended and claim.conn.info.transaction_status in OPEN:
                 try:
                     await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, params)

@@ -4,10 +4,17 @@
 
 -- name: claim
 -- Lease mode: claim up to %(limit)s eligible jobs in one statement and commit at once.
--- CTE "picked" walks jobs_pending_idx in hand-out order and skips rows another consumer is
--- claiming right now (SKIP LOCKED), so concurrent consumers never wait on each other.
--- The UPDATE counts the attempt at claim time: a consumer that dies mid-job has still used it,
--- which is what bounds a job that kills its process.
+-- CTE "lone" looks first for a due job rescued from a crash (isolate, see rescue) and takes
+-- only that one: the pool runs an isolated delivery with nothing else in flight, so a crash
+-- during it is the job's own. It walks jobs_isolated_idx, which is empty unless consumers
+-- crashed, so in a run without crashes it costs one empty index probe, no second round trip.
+-- CTE "batch" runs only when "lone" found nothing: it walks jobs_pending_idx in hand-out order,
+-- leaves the isolated jobs to "lone", and skips rows another consumer is claiming right now
+-- (SKIP LOCKED), so concurrent consumers never wait on each other.
+-- The UPDATE counts the attempt at claim time (a rescue refunds it when the crash cannot be
+-- blamed on the job, see rescue). locked_by is this claim's token, "<consumer>/<claim number>":
+-- every later write of the job (ack, retry, dead, release, heartbeat) matches it, so a
+-- delivery whose lease expired can never settle a newer claim of the same job.
 -- payload and headers come back as JSON text: jobq checks their size before parsing them, and a
 -- value Python cannot parse becomes a dead-letter reason instead of an error mid-claim.
 -- CTE "async_commit" makes this one statement's commit skip the wait for the WAL flush
@@ -18,97 +25,163 @@
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
-picked AS (
+lone AS (
     SELECT id
       FROM {jobs}
-     WHERE queue = %(queue)s AND status = 'pending' AND run_at <= now()
+     WHERE queue = %(queue)s AND status = 'pending' AND isolate AND run_at <= now()
+     ORDER BY run_at, id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+),
+batch AS (
+    SELECT id
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending' AND NOT isolate AND run_at <= now()
+       AND NOT EXISTS (SELECT FROM lone)
      ORDER BY run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT id FROM lone
+    UNION ALL
+    SELECT id FROM batch
 )
 UPDATE {jobs} AS j
    SET status = 'running',
        attempts = j.attempts + 1,
        locked_until = now() + make_interval(secs => %(lease)s),
-       locked_by = %(worker)s
+       locked_by = %(token)s
   FROM picked, async_commit
  WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at;
+RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at,
+          j.isolate;
 
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
 -- Asynchronous commit (see claim): an ack undone by a server crash leaves the job running
 -- until its lease expires and it runs again, as an ack lost in a consumer crash does.
--- Only jobs this consumer still holds (locked_by): a job whose lease expired was rescued and
--- may be running in another consumer now; its outcome is that consumer's to write. So are
--- retry's and dead's. RETURNING tells which were still ours.
+-- Only jobs still held by the claim each ack comes from (the pairs of %(ids)s and %(tokens)s
+-- against locked_by, the claim's token): a job whose lease expired was rescued and may be
+-- running in another consumer now, or again in this one under a newer claim; its outcome is
+-- that claim's to write. So are retry's, dead's and release's. RETURNING tells which were
+-- still held.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
-UPDATE {jobs}
+UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), locked_until = NULL
-  FROM async_commit
- WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s
-RETURNING id;
+  FROM async_commit, unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+ WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
+RETURNING j.id, j.locked_by;
 
 -- name: retry
--- Back to pending, not eligible before run_at; the attempt was counted at claim.
+-- Back to pending, not eligible before run_at; the attempt was counted at claim. Only by the
+-- claim that holds the job (token: see ack). An isolated job stays isolated until it ends.
 UPDATE {jobs}
    SET status = 'pending',
        run_at = now() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
        locked_until = NULL,
        locked_by = NULL
- WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s
+ WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
 RETURNING id;
 
 -- name: dead
--- Parked for good; last_error says why. `jobq dead requeue` brings it back.
+-- Parked for good; last_error says why. `jobq dead requeue` brings it back. Only by the
+-- claim that holds the job (token: see ack).
 UPDATE {jobs}
    SET status = 'dead', last_error = %(reason)s, finished_at = now(),
        locked_until = NULL, locked_by = NULL
- WHERE id = %(id)s AND status = 'running' AND locked_by = %(worker)s
+ WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
 RETURNING id;
 
 -- name: release
 -- Received but never started (graceful shutdown): back to pending at once, attempt not counted,
--- and wake the other consumers so they take it now rather than at their next poll.
+-- and wake the other consumers so they take it now rather than at their next poll. Only jobs
+-- still held by the claim each comes from (token pairs: see ack).
 WITH released AS (
-    UPDATE {jobs}
-       SET status = 'pending', attempts = greatest(attempts - 1, 0),
+    UPDATE {jobs} AS j
+       SET status = 'pending', attempts = greatest(j.attempts - 1, 0),
            locked_until = NULL, locked_by = NULL
-     WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s
-    RETURNING queue
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+     WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
+    RETURNING j.queue
 )
 SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) AS q;
 
 -- name: heartbeat
 -- Extend the lease of every job this consumer holds (buffered, running or awaiting its ack
--- flush), so long jobs are not rescued from under a live consumer.
-UPDATE {jobs}
+-- flush), so long jobs are not rescued from under a live consumer. Only jobs still held by the
+-- claim each comes from (token pairs: see ack); RETURNING tells which, and the consumer drops
+-- the others: their leases expired and were rescued, so it must stop renewing and settling them.
+-- It changes locked_until only, no indexed column: a HOT update (migration 3).
+UPDATE {jobs} AS j
    SET locked_until = now() + make_interval(secs => %(lease)s)
- WHERE id = ANY(%(ids)s) AND status = 'running' AND locked_by = %(worker)s;
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+ WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
+RETURNING j.id, j.locked_by;
 
 -- name: rescue
--- Any consumer frees leases that expired (their consumer died or stalled). The attempt was
--- counted at claim, so a job whose every attempt expired is dead, not looped forever.
+-- Any consumer frees leases that expired (their consumer died or stalled). Who is to blame?
+-- An expired job whose consumer held others too (CTE "held": per consumer, its jobs still
+-- running in the queue, the expired ones included) may never have started: the one that
+-- killed the process could be any of them. Its attempt is refunded and it is marked isolate,
+-- so it is claimed alone next (see claim). The crash was a job's own, and its attempt counts,
+-- if it was the only job its consumer held, or if it came from that consumer's latest claim
+-- and was claimed isolated: the pool runs such a job with nothing else in flight and receives
+-- nothing meanwhile, so the jobs of its earlier claims had finished (their acks not yet
+-- flushed). Once its attempts are used up it is dead. So a job that kills its process every
+-- time runs once in its batch and then max_attempts times alone, and its batch-mates spend no
+-- attempt on it. locked_by is "<consumer>/<claim number>" (see claim); a token of another form
+-- counts as a consumer with no claim number.
 WITH expired AS (
-    SELECT id
+    SELECT id, locked_by, isolate
       FROM {jobs}
      WHERE status = 'running' AND locked_until < now() AND queue = %(queue)s
      LIMIT 1000
        FOR UPDATE SKIP LOCKED
+),
+held AS (
+    SELECT split_part(locked_by, '/', 1) AS consumer, count(*) AS n,
+           max(substring(locked_by FROM '/([0-9]+)$')::bigint) AS latest
+      FROM {jobs}
+     WHERE status = 'running' AND queue = %(queue)s
+       AND split_part(locked_by, '/', 1) IN (SELECT split_part(locked_by, '/', 1) FROM expired)
+     GROUP BY 1
+),
+verdict AS (
+    SELECT e.id, split_part(coalesce(e.locked_by, '?'), '/', 1) AS consumer,
+           coalesce(h.n, 1) AS n,
+           coalesce(h.n, 1) = 1
+           OR coalesce(e.isolate
+                       AND substring(e.locked_by FROM '/([0-9]+)$')::bigint = h.latest, false)
+           AS own
+      FROM expired AS e
+      LEFT JOIN held AS h ON h.consumer = split_part(e.locked_by, '/', 1)
 )
 UPDATE {jobs} AS j
-   SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-       last_error = 'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
-                    || ' (consumer ' || coalesce(j.locked_by, '?') || ' died or stalled)',
+   SET status = CASE WHEN v.own AND j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+       finished_at = CASE WHEN v.own AND j.attempts >= j.max_attempts THEN now() END,
+       attempts = CASE WHEN v.own THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
+       isolate = true,
+       last_error = CASE
+           WHEN v.own AND j.attempts >= j.max_attempts THEN
+               'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
+               || ': the job killed or stalled its consumer on each of its attempts run alone'
+               || ' (last: consumer ' || v.consumer || ' died or stalled)'
+           WHEN v.own THEN
+               'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
+               || ' (consumer ' || v.consumer || ' died or stalled while it ran alone: counted)'
+           ELSE
+               'lease expired (consumer ' || v.consumer || ' died or stalled holding ' || v.n
+               || ' jobs): attempt not counted, it runs alone next'
+       END,
        run_at = now(),
        locked_until = NULL,
        locked_by = NULL
-  FROM expired
- WHERE j.id = expired.id
+  FROM verdict AS v
+ WHERE j.id = v.id
 RETURNING j.id, j.status;
 
 -- Transaction mode (transports/postgres/transaction.py): each worker runs its job inside the

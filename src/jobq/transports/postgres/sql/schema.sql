@@ -82,3 +82,15 @@ ALTER TABLE {jobs} SET (fillfactor = 90);
 -- A transaction-mode consumer of a build older than that still writes it and would fail its
 -- claims: stop those before upgrading (they must be stopped before migration 3 anyway).
 DROP TABLE IF EXISTS {attempts};
+
+-- migration: 5 lease mode: jobs rescued from a crash run alone
+-- A lease that expires with its consumer's whole batch does not say which job killed the
+-- process, so the rescue does not count that attempt against any of them; it marks them
+-- isolate instead, and each is then claimed alone and run with nothing else in flight. A crash
+-- during such a run is the job's own and counts (queries.sql: claim, rescue). The column's
+-- default is a constant, so adding it rewrites no row. The partial index holds only the
+-- pending isolated jobs, none in a run without crashes, so the claim's look at it first costs
+-- an empty index probe; it is ordered as jobs_pending_idx, the order jobs are handed out in.
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS isolate boolean NOT NULL DEFAULT false;
+CREATE INDEX IF NOT EXISTS jobs_isolated_idx ON {jobs} (queue, run_at, id)
+    WHERE status = 'pending' AND isolate;
