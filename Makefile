@@ -2,7 +2,8 @@
 # make demo: the main job on the real local servers.
 # make stack: the compose demo stack run natively (local servers; consumers, producer and
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
-# make chaos: the fault suite (restarts the local servers; not part of `make test`).
+# make chaos: the fault suite (restarts and crashes the local servers, and starts them
+#   again; not part of `make test`).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
@@ -37,7 +38,7 @@ STACK_ARGS ?=
 stack: $(STAMP)
 	$(PY) -m tools.stack $(STACK_ARGS)
 
-# 50,000 jobs per transport under kill -9, a server restart and cut connections; see
+# 50,000 jobs per transport under kill -9, a server restart and crash, cut connections; see
 # faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.
 chaos: $(STAMP)
 	$(PY) -m faults $(CHAOS_ARGS)

@@ -1,8 +1,10 @@
 """What the fault suite needs from each backend, and what the backends share.
 
 The runner (faults/suite.py) is the same for every transport; a backend (faults/postgres.py,
-faults/rabbitmq.py) knows how to start its consumers, how to restart its server, and how to
-read where every job ended (done, dead, or still queued) from the backend's own state.
+faults/rabbitmq.py) knows how to start its consumers, how to restart, crash (kill_server) and
+start again (ensure_up) its server, how long before a crash its asynchronous commits may be
+undone (crash_window), and how to read where every job ended (done, dead, or still queued)
+from the backend's own state.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Options:
     fail_rate: float = 0.01
     kill_every: float = 3.0
     terminate_every: float = 2.5
-    restart: bool = True
+    server_fault: str = "both"  # restart, crash, both (each once per run), none
     lease: float = 5.0
     timeout: float = 600.0
     keep: bool = False
@@ -76,6 +78,10 @@ class Backend(Protocol):
     def remaining(self) -> int | None: ...
 
     def restart_server(self) -> None: ...
+
+    def kill_server(self) -> None: ...
+
+    def crash_window(self) -> float: ...
 
     def disrupt(self, pids: set[int]) -> Cut: ...
 

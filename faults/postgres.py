@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo, sql
 
+from faults import servers
 from faults.backend import (
     BIN,
     ROOT,
@@ -26,6 +27,9 @@ from jobq.config import load_settings
 
 TXN_CONCURRENCY = 8  # transaction mode holds a connection per running job: 3 x (8 + 2) of 100
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+# An ack flush slower than ack_interval (a loaded server): its jobs were recorded that much
+# earlier than their acks committed, so the crash window reaches back that much further.
+ACK_SLACK_S = 0.5
 
 
 class PostgresBackend:
@@ -136,14 +140,30 @@ class PostgresBackend:
                 state.unfinished += 1
         return state
 
+    def kill_server(self) -> None:
+        """`pg_ctlcluster ... stop -m immediate`: a crash (ensure_up starts it again)."""
+        servers.crash_postgres(self.host, self.port)
+
+    def crash_window(self) -> float:
+        """Seconds before a crash whose completions it may undo (faults/verdict.py).
+
+        Lease mode's claims and acks commit asynchronously: 3 x wal_writer_delay (the WAL
+        writer's longest wait), + the ack flush interval, + slack. Transaction mode ends each
+        job with a synchronous commit: 0.
+        """
+        if self.claim == "transaction":
+            return 0.0
+        try:
+            delay_ms = self._count(sql.SQL(
+                "SELECT setting::int FROM pg_settings WHERE name = 'wal_writer_delay'"))
+        except psycopg.Error as exc:
+            raise RuntimeError(f"cannot read wal_writer_delay: {exc}") from exc
+        ack = load_settings(ROOT / "configs" / "postgres.yaml", env={}).postgres.ack_interval
+        return 3 * delay_ms / 1000 + ack + ACK_SLACK_S
+
     def ensure_up(self) -> None:
-        """Start the server again if a restart left it down."""
-        if wait_tcp(self.host, self.port, 10):
-            return
-        version = sorted(os.listdir("/etc/postgresql"))[-1]
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
-                       capture_output=True, timeout=120)
-        wait_tcp(self.host, self.port, 60)
+        """Start the server if it does not answer; ServerDown if it does not come back."""
+        servers.start_postgres(self.host, self.port)
 
     def cleanup(self) -> None:
         """Drop the run's schema."""

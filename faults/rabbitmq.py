@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import aio_pika
 
+from faults import servers
 from faults.backend import (
     BIN,
     ROOT,
@@ -208,11 +209,17 @@ class RabbitBackend:
                         ids.append(str(message.message_id))
             return ids
 
+    def kill_server(self) -> None:
+        """kill -9 the node's beam.smp: a crash (ensure_up starts it again)."""
+        servers.crash_rabbit()
+
+    def crash_window(self) -> float:
+        """0: no commit of ours is asynchronous on the broker (see faults/verdict.py's caveat)."""
+        return 0.0
+
     def ensure_up(self) -> None:
-        """Start the app again if a restart left it stopped."""
-        if not wait_tcp(self.host, self.port, 10):
-            rabbitmqctl("start_app")
-            wait_tcp(self.host, self.port, 60)
+        """Start the node (or its app) if it does not answer; ServerDown if it does not come back."""
+        servers.start_rabbit()
 
     def cleanup(self) -> None:
         """Delete the queues and the dead-letter exchange of the run's queue."""

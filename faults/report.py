@@ -19,9 +19,12 @@ class Summary:
     jobs: int = 0
     kills: int = 0
     restarts: int = 0
+    crashes: int = 0
+    server_faults: list[str] = field(default_factory=list)  # each fault and when: "crash@60%"
+    crash_window_jobs: int = 0  # completed in the crash windows: their commits may be undone
     terminated_backends: int = 0  # connections cut (Postgres backends, AMQP connections)
     capacity: int = 0  # what one consumer holds: concurrency + buffer, or the prefetch
-    exposures: int = 0  # kills + consumers hit by each restart or cut round
+    exposures: int = 0  # kills + consumers hit by each restart, crash or cut round
     duplicate_bound: int = 0
     lost: int = 0
     duplicates: int = 0
@@ -57,7 +60,9 @@ class Summary:
         """The one summary line printed per transport (and round, with --repeat)."""
         round_ = f" run={self.run}/{of}" if of > 1 else ""
         return (f"chaos {self.transport}: jobs={self.jobs} kills={self.kills} "
-                f"restarts={self.restarts} terminated_backends={self.terminated_backends} "
+                f"restarts={self.restarts} crashes={self.crashes} "
+                f"server_faults={','.join(self.server_faults) or 'none'} "
+                f"terminated_backends={self.terminated_backends} "
                 f"lost={self.lost} duplicates={self.duplicates}/{self.duplicate_bound} "
                 f"dead={self.dead} done_and_dead={self.done_and_dead} "
                 f"unfinished={self.unfinished} survivors_exit_0={self.survivors_exit_0}/"
@@ -71,15 +76,16 @@ def write_report(summaries: list[Summary], options: Options, out: Path) -> None:
     data = {"options": asdict(options),
             "runs": [asdict(s) | {"ok": s.ok, "failures": s.failures} for s in summaries]}
     out.with_suffix(".json").write_text(json.dumps(data, indent=2))
-    head = ("| transport | run | jobs | kills | restarts | connections cut | exposures | lost | "
-            "duplicates / bound | dead | done and dead | unfinished | survivors exit 0 | "
-            "wall s | result |")
+    head = ("| transport | run | jobs | kills | server faults | connections cut | exposures | "
+            "crash window jobs | lost | duplicates / bound | dead | done and dead | unfinished | "
+            "survivors exit 0 | wall s | result |")
     lines = ["# jobq fault suite", "", f"options: `{json.dumps(asdict(options))}`", "",
              f"{sum(s.ok for s in summaries)}/{len(summaries)} runs OK", "", head,
-             "|" + "---|" * 15]
+             "|" + "---|" * 16]
     for s in summaries:
-        lines.append(f"| {s.transport} | {s.run} | {s.jobs} | {s.kills} | {s.restarts} | "
-                     f"{s.terminated_backends} | {s.exposures} | {s.lost} | "
+        lines.append(f"| {s.transport} | {s.run} | {s.jobs} | {s.kills} | "
+                     f"{', '.join(s.server_faults) or 'none'} | {s.terminated_backends} | "
+                     f"{s.exposures} | {s.crash_window_jobs} | {s.lost} | "
                      f"{s.duplicates} / {s.duplicate_bound} | {s.dead} | {s.done_and_dead} | "
                      f"{s.unfinished} | {s.survivors_exit_0}/{s.survivors} | {s.wall_s:.1f} | "
                      f"{'OK' if s.ok else 'FAILED'} |")

@@ -1,28 +1,31 @@
-"""`make chaos`: the fault suite. Not part of the default test run (it restarts the servers).
+"""`make chaos`: the fault suite. Not part of the default test run (it restarts and crashes the
+servers).
 
 For each transport: enqueue N jobs (default 50,000) through the Python API, keeping the ids it
 returned; start three consumers whose processor appends each finished job id to a file of its
 own (tests.processors:record, the independent completion record); then, until every job has
 ended, ``kill -9`` a random consumer every few seconds and start a new one, restart the server
-once (at 30 % progress), and for Postgres cut the consumers' backends with pg_terminate_backend
-every few seconds, for RabbitMQ close their AMQP connections. The first consumer is never
+gracefully at 30 % progress and crash it at 60 % (--server-fault; faults/server_faults.py), and
+for Postgres cut the consumers' backends with pg_terminate_backend every few seconds, for
+RabbitMQ close their AMQP connections. The first consumer is never
 killed (the witness: it lives through every fault). At the end the consumers that were never
 killed must still be alive and exit 0 on SIGTERM; from the record and the backend's own final
 state, the pass condition (faults/verdict.py): nothing lost (accepted, neither recorded nor
 dead, or done without a record), every job done or dead, no job dead (none is meant to die),
-none recorded both done and dead, duplicates at most capacity x exposures. A consumer that
+none recorded both done and dead, duplicates at most capacity x exposures (+ the jobs of the
+crash windows). A consumer that
 hangs (the run times out, or it outlives SIGTERM) has its stacks (py-spy, SIGUSR1) and log
 tail put in the report before it is killed. One summary line per transport and round; a JSON
 and a Markdown report.
 
     python -m faults                      # everything, 50,000 jobs per transport
     python -m faults --jobs 5000 --transports postgres-lease --no-restart
+    python -m faults --jobs 5000 --server-fault crash
     python -m faults --repeat 10          # ten rounds of every transport
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import random
@@ -35,16 +38,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults import stacks
+from faults import servers, stacks
 from faults.backend import Backend, Options, capacity, consumer_settings
-from faults.postgres import PostgresBackend
-from faults.rabbitmq import RabbitBackend
+from faults.cli import make_backend, parse
 from faults.report import Summary, write_report
+from faults.server_faults import ServerFaults
 from faults.verdict import duplicate_bound, tally
 from tests.processors import completions
-
-RESULTS = Path(__file__).resolve().parent / "results"
-AVAILABLE = ("postgres-lease", "postgres-transaction", "rabbitmq-quorum", "rabbitmq-classic")
 
 
 @dataclass
@@ -70,6 +70,7 @@ class Run:
         self.consumers: list[Consumer] = []
         self.summary = Summary(transport=backend.name, run=run, jobs=options.jobs)
         self.rand = random.Random()
+        self.server_faults = ServerFaults(backend, self.summary, self.record, options.server_fault)
 
     def start_consumer(self) -> Consumer:
         """Start one more consumer, its stderr in a file of its own."""
@@ -125,11 +126,8 @@ class Run:
                 for consumer in self.live():  # which of them stopped working, and where
                     self.take_stacks(consumer)
                 return
-            if (opts.restart and not self.summary.restarts and remaining is not None
-                    and remaining <= 0.7 * opts.jobs):
-                self.summary.exposures += len(self.live())  # every consumer loses its connections
-                self.backend.restart_server()
-                self.summary.restarts += 1
+            if not self.server_faults.step(remaining, len(self.live())):
+                return  # its server did not come back: the problem says so
             if opts.kill_every > 0 and now >= next_kill:
                 self.kill_one()
                 next_kill = now + self.rand.uniform(0.5, 1.5) * opts.kill_every
@@ -178,7 +176,7 @@ class Run:
     def check(self, accepted: list[str]) -> None:
         """Compare the accepted ids with the completion record and the backend's final state."""
         s = self.summary
-        s.duplicate_bound = duplicate_bound(s.capacity, s.exposures)
+        s.duplicate_bound = duplicate_bound(s.capacity, s.exposures, s.crash_window_jobs)
         try:
             state = self.backend.final_state(accepted)
         except (RuntimeError, OSError) as exc:  # not knowing where the jobs ended is a failure
@@ -198,7 +196,8 @@ class Run:
                 s.problems.append(f"{what} (first 10): {sorted(ids, key=_order)[:10]}")
 
     def execute(self) -> Summary:
-        """Set up, shake, stop, check; always bring the server back and clean up."""
+        """Set up, shake, stop, check; always bring the server back (ServerDown if it does not
+        come back) and clean up."""
         started = time.monotonic()
         try:
             self.backend.setup()
@@ -217,13 +216,14 @@ class Run:
                     shutil.copy(log, self.logs_to / log.name)
                 self.summary.problems.append(f"consumer logs kept in {self.logs_to}")
         finally:
-            for consumer in self.consumers:
-                if consumer.proc.poll() is None:
-                    consumer.proc.kill()
-                    consumer.proc.wait()
-            self.backend.ensure_up()
-            if not self.options.keep:
-                self.backend.cleanup()
+            with servers.sigint_deferred():  # a (second) Ctrl-C must not leave a server down
+                for consumer in self.consumers:
+                    if consumer.proc.poll() is None:
+                        consumer.proc.kill()
+                        consumer.proc.wait()
+                self.backend.ensure_up()
+                if not self.options.keep:
+                    self.backend.cleanup()
         return self.summary
 
 
@@ -231,59 +231,30 @@ def _order(job_id: str) -> tuple[int, str]:
     return (int(job_id), "") if job_id.isdigit() else (0, job_id)
 
 
-def make_backend(name: str) -> Backend:
-    """The backend called ``name`` (postgres-lease, postgres-transaction, ...)."""
-    if name in ("postgres-lease", "postgres-transaction"):
-        return PostgresBackend(name.removeprefix("postgres-"))
-    if name in ("rabbitmq-quorum", "rabbitmq-classic"):
-        return RabbitBackend(name.removeprefix("rabbitmq-"))
-    raise SystemExit(f"chaos: unknown transport {name!r}")
-
-
-def parse(argv: list[str] | None) -> tuple[list[str], Options, Path]:
-    """Command-line flags into the transports, the options and the report path."""
-    d = Options()
-    p = argparse.ArgumentParser(prog="chaos", description=__doc__.split("\n\n")[0] if __doc__ else "")
-    p.add_argument("--transports", default=",".join(AVAILABLE),
-                   help=f"comma-separated, from {', '.join(AVAILABLE)}")
-    p.add_argument("--jobs", type=int, default=d.jobs)
-    p.add_argument("--concurrency", type=int, default=d.concurrency)
-    p.add_argument("--sleep-ms", type=float, default=d.sleep_ms, help="work per job")
-    p.add_argument("--fail-rate", type=float, default=d.fail_rate, help="attempts failing (retried)")
-    p.add_argument("--kill-every", type=float, default=d.kill_every, help="s between kill -9 (0: none)")
-    p.add_argument("--terminate-every", type=float, default=d.terminate_every,
-                   help="s between rounds of cut connections: pg_terminate_backend, AMQP "
-                        "close_connection (0: none)")
-    p.add_argument("--no-restart", action="store_true", help="do not restart the server")
-    p.add_argument("--lease", type=float, default=d.lease, help="Postgres lease seconds")
-    p.add_argument("--timeout", type=float, default=d.timeout, help="s before a run counts as hung")
-    p.add_argument("--keep", action="store_true", help="keep the schema / queues for inspection")
-    p.add_argument("--repeat", type=int, default=d.repeat, help="rounds of every transport")
-    p.add_argument("--report", default=str(RESULTS / "chaos"), help="report path, without suffix")
-    a = p.parse_args(argv)
-    options = Options(jobs=a.jobs, concurrency=a.concurrency, sleep_ms=a.sleep_ms,
-                      fail_rate=a.fail_rate, kill_every=a.kill_every,
-                      terminate_every=a.terminate_every, restart=not a.no_restart, lease=a.lease,
-                      timeout=a.timeout, keep=a.keep, repeat=a.repeat)
-    if options.repeat < 1:
-        p.error("--repeat: at least 1")
-    return [t for t in a.transports.split(",") if t], options, Path(a.report)
+def run_one(name: str, options: Options, report: Path, run: int) -> Summary:
+    """One run of transport ``name`` in a directory of its own; its logs kept if it fails."""
+    with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as tmp:
+        tag = f"-run{run}" if options.repeat > 1 else ""
+        logs = report.parent / f"{report.name}-{name}{tag}-logs"
+        return Run(make_backend(name), options, Path(tmp), logs, run).execute()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every transport asked for, ``--repeat`` times; exit 1 if any run failed."""
-    transports, options, report = parse(argv)
-    summaries = []
-    for run in range(1, options.repeat + 1):
-        for name in transports:
-            backend = make_backend(name)
-            with tempfile.TemporaryDirectory(prefix=f"chaos-{name}-") as tmp:
-                tag = f"-run{run}" if options.repeat > 1 else ""
-                logs = report.parent / f"{report.name}-{name}{tag}-logs"
-                summary = Run(backend, options, Path(tmp), logs, run).execute()
-            print(summary.line(options.repeat), flush=True)
-            summaries.append(summary)
-            write_report(summaries, options, report)  # after each run: a hang later keeps it
+    transports, options, report = parse(argv, __doc__)
+    summaries: list[Summary] = []
+    try:
+        for run in range(1, options.repeat + 1):
+            for name in transports:
+                summaries.append(run_one(name, options, report, run))
+                print(summaries[-1].line(options.repeat), flush=True)
+                write_report(summaries, options, report)  # after each run: a hang later keeps it
+    except servers.ServerDown as exc:
+        print(f"chaos: FATAL: {exc}; start it by hand (.ci/run shows how)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("chaos: interrupted; every server it stopped was started again", file=sys.stderr)
+        return 130
     passed = sum(s.ok for s in summaries)
     print(f"chaos: {passed}/{len(summaries)} runs OK; report: {report.with_suffix('.md')}")
     return 0 if passed == len(summaries) else 1

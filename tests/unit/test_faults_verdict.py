@@ -64,3 +64,14 @@ def test_tally_with_nothing_done_still_sees_unrecorded_jobs_as_lost() -> None:
     # up only as "lost", never as done without a completion.
     found = tally(["1", "2"], Counter({"1": 1}), done={"1", "2"}, dead={})
     assert found.lost == {"2"} and found.done_unrecorded == {"2"}
+
+
+def test_a_crash_adds_the_jobs_completed_in_its_window_to_the_bound() -> None:
+    # A Postgres crash undoes the claims and acks of the last ~3 x wal_writer_delay: the jobs
+    # completed then run again (duplicates), on top of what the exposed consumers held.
+    assert duplicate_bound(32, 5, crash_window_jobs=240) == 400
+    crashed = replace(CLEAN, duplicates=400, duplicate_bound=duplicate_bound(32, 5, 240))
+    assert verdict(crashed) == []
+    (failure,) = verdict(replace(crashed, duplicates=401))
+    assert failure == ("401 duplicates, more than the bound 400 (capacity x exposures + jobs "
+                       "done in crash windows)")
