@@ -23,6 +23,7 @@ from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
+from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
 from jobq.transport import NewJob
 
@@ -59,7 +60,8 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     """Run the worker pool until stopped (or drained with --once); 130 after a forced stop.
 
     SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
-    retrying an unreachable server) a signal abandons the start-up and exits 0.
+    retrying an unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs
+    every task's and thread's stack.
     """
     pools: list[WorkerPool] = []
     stopping: list[float] = []
@@ -76,7 +78,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
         logging.shutdown()
         os._exit(0)
 
-    with signals_to(stop):
+    with signals_to(stop), stacks_on_signal(log):
         return await _consume(settings, stats_json, pools, stopping)
 
 

@@ -63,6 +63,8 @@ class ConsumerConfig:
     buffer: int = -1  # -1: as large as concurrency
     job_timeout: float = 300.0
     shutdown_timeout: float = 30.0
+    # /healthz fails when jobs are held and none started or settled for this long; 0: job_timeout + 60
+    stall_timeout: float = 0.0
     once: bool = False
     processor: str = "noop"  # the default for kinds not in ``processors``; "" for none
     processor_args: dict[str, Any] = field(default_factory=dict)
@@ -192,6 +194,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "consumer.buffer": (lambda v: v >= -1, ">= 0, or -1 for 'same as concurrency'"),
     "consumer.job_timeout": (lambda v: v > 0, "> 0"),
     "consumer.shutdown_timeout": (lambda v: v >= 0, ">= 0"),
+    "consumer.stall_timeout": (lambda v: v >= 0, ">= 0 (0: job_timeout + 60 s)"),
     "retry.max_attempts": (lambda v: v >= 1, ">= 1"),
     "retry.base_delay": (lambda v: v >= 0, ">= 0"),
     "retry.max_delay": (lambda v: v >= 0, ">= 0"),
