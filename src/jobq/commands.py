@@ -23,6 +23,7 @@ from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
+from jobq.routing import require_processor
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
 from jobq.transport import NewJob
@@ -61,8 +62,9 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
 
     SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
     retrying an unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs
-    every task's and thread's stack.
+    every task's and thread's stack. No processor configured: a config error (exit 2).
     """
+    require_processor(settings.consumer)
     pools: list[WorkerPool] = []
     stopping: list[float] = []
 

@@ -66,7 +66,9 @@ class ConsumerConfig:
     # /healthz fails when jobs are held and none started or settled for this long; 0: job_timeout + 60
     stall_timeout: float = 0.0
     once: bool = False
-    processor: str = "noop"  # the default for kinds not in ``processors``; "" for none
+    # The default for kinds not in ``processors``; "" for none. A consumer needs one of the two
+    # (no default on purpose: a consumer started by mistake would settle every job unrun).
+    processor: str = ""
     processor_args: dict[str, Any] = field(default_factory=dict)
     # kind -> "module:function" (or {processor: ..., args: {...}}); unknown kinds go to
     # ``processor``, or are dead-lettered naming the kind when it is "".
