@@ -159,4 +159,55 @@ def poison(directory: str, kind: str = "poison", min_ms: float = 0.0, max_ms: fl
             await asyncio.sleep(rand.uniform(min_ms, max_ms) / 1000)
         await innocent(job)
 
+
+def bad_first(mode: str, directory: str) -> Any:
+    """Fail the job with payload ``n == 0`` the way ``mode`` says; record the others' ids.
+
+    Modes (issue 19, item 1): ``surrogate`` (a reason with a lone surrogate), ``cancelled``
+    (the handler's own CancelledError), ``bad_retry`` (``Retry(delay="soon")``, wrong-typed).
+    """
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        if job.payload.get("n") == 0:
+            if mode == "surrogate":
+                raise FileNotFoundError(os.fsdecode(b"/in/\xff.csv"))
+            if mode == "cancelled":
+                raise asyncio.CancelledError()
+            raise Retry(delay="soon")  # type: ignore[arg-type]  # the user's bug, on purpose
+        out.write(f"{job.id}\n")
+
+    return handle
+
+
+def sync_overrun(directory: str, sleep_s: float = 0.5) -> Any:
+    """A plain ``def``: its first attempt sleeps ``sleep_s``; each run writes start/end lines."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / "runs.log").open("a", buffering=1, encoding="utf-8")
+
+    def handle(job: Job) -> None:
+        out.write(f"start {job.id} {job.attempt} {time.monotonic():.6f}\n")
+        if job.attempt == 1:
+            time.sleep(sleep_s)
+        out.write(f"end {job.id} {job.attempt} {time.monotonic():.6f}\n")
+
+    return handle
+
+
+def sync_barrier(parties: int, directory: str) -> Any:
+    """A plain ``def`` that returns only once ``parties`` runs are inside it at the same time."""
+    import threading
+
+    barrier = threading.Barrier(parties, timeout=5)
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / "threads.log").open("a", buffering=1, encoding="utf-8")
+
+    def handle(job: Job) -> None:
+        out.write(f"{threading.current_thread().name}\n")
+        barrier.wait()
+
     return handle

@@ -31,6 +31,8 @@ from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
+from jobq.routing import require_processor
+from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
 from jobq.transport import NewJob, Transport
 
@@ -67,8 +69,10 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
     """Run the worker pool until stopped (or drained with --once); 130 after a forced stop.
 
     SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
-    retrying an unreachable server) a signal abandons the start-up and exits 0.
+    retrying an unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs
+    every task's and thread's stack. No processor configured: a config error (exit 2).
     """
+    require_processor(settings.consumer)
     pools: list[WorkerPool] = []
     stopping: list[float] = []
     work = asyncio.create_task(_consume(settings, stats_json, pools, stopping), name="jobq-consume")
@@ -83,7 +87,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
         # it: the connecting stops, what was opened is closed (container.connect says how).
         work.cancel()
 
-    with signals_to(stop):
+    with signals_to(stop), stacks_on_signal(log):
         try:
             return await work
         except asyncio.CancelledError:

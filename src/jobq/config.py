@@ -63,8 +63,12 @@ class ConsumerConfig:
     buffer: int = -1  # -1: as large as concurrency
     job_timeout: float = 300.0
     shutdown_timeout: float = 30.0
+    # /healthz fails when jobs are held and none started or settled for this long; 0: job_timeout + 60
+    stall_timeout: float = 0.0
     once: bool = False
-    processor: str = "noop"  # the default for kinds not in ``processors``; "" for none
+    # The default for kinds not in ``processors``; "" for none. A consumer needs one of the two
+    # (no default on purpose: a consumer started by mistake would settle every job unrun).
+    processor: str = ""
     processor_args: dict[str, Any] = field(default_factory=dict)
     # kind -> "module:function" (or {processor: ..., args: {...}}); unknown kinds go to
     # ``processor``, or are dead-lettered naming the kind when it is "".
@@ -194,6 +198,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "consumer.buffer": (lambda v: v >= -1, ">= 0, or -1 for 'same as concurrency'"),
     "consumer.job_timeout": (lambda v: v > 0, "> 0"),
     "consumer.shutdown_timeout": (lambda v: v >= 0, ">= 0"),
+    "consumer.stall_timeout": (lambda v: v >= 0, ">= 0 (0: job_timeout + 60 s)"),
     "retry.max_attempts": (lambda v: v >= 1, ">= 1"),
     "retry.base_delay": (lambda v: v >= 0, ">= 0"),
     "retry.max_delay": (lambda v: v >= 0, ">= 0"),

@@ -28,6 +28,7 @@ from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
+from jobq.threads import HandlerThreads
 from jobq.transport import Admin, Publisher, Transport
 
 if TYPE_CHECKING:
@@ -119,9 +120,9 @@ async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[
         await link.close()
 
 
-def handler(settings: Settings) -> Any:
+def handler(settings: Settings, threads: HandlerThreads) -> Any:
     """The configured processor (or per-kind processors), awaitable whatever it is."""
-    return build_handler(settings.consumer)
+    return build_handler(settings.consumer, threads)
 
 
 class Container(containers.DeclarativeContainer):
@@ -186,10 +187,12 @@ class Container(containers.DeclarativeContainer):
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
         jitter=cfg.retry.jitter,
     )
+    # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
+    handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
     worker_pool = providers.Singleton(
         WorkerPool,
         transport=transport,
-        handler=providers.Callable(handler, settings),
+        handler=providers.Callable(handler, settings, handler_threads),
         policy=policy,
         concurrency=cfg.consumer.concurrency,
         buffer_size=providers.Callable(pool_buffer, settings),
@@ -197,6 +200,8 @@ class Container(containers.DeclarativeContainer):
         shutdown_timeout=cfg.consumer.shutdown_timeout,
         poll_timeout=cfg.postgres.poll_interval,
         once=cfg.consumer.once,
+        stall_timeout=cfg.consumer.stall_timeout,
+        threads=handler_threads,
         observer=metrics,
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
     )

@@ -91,17 +91,44 @@ class ShutdownInterrupted(Exception):
     """A handler was still running when the shutdown deadline passed (retryable)."""
 
 
+class HandlerCancelled(Exception):
+    """A handler raised CancelledError although jobq did not cancel it (retryable)."""
+
+
+class WorkerDied(Exception):
+    """The worker running a job ended unexpectedly before settling it (retryable)."""
+
+
 MAX_REASON = 2000  # characters of an error message kept with a job
 
 
 def describe(error: BaseException) -> str:
-    """The reason text kept with a failed job: error type and message, cut at MAX_REASON.
+    """The reason text kept with a failed job: error type and message, safe for every backend.
 
     Bounded because it travels: in a RabbitMQ header (a header frame over the broker's
     frame_max closes the whole connection), in last_error, in every log line about the job.
+    Safe because it reaches drivers: a lone surrogate (``os.fsdecode`` of a non-UTF-8 path)
+    cannot be encoded as UTF-8, and Postgres text cannot hold NUL; either made the settle
+    raise, so the job was never settled. Never raises, even for an error whose ``__str__`` does.
     """
-    message = str(error).strip()
+    try:
+        message = str(error).strip()
+    except Exception as exc:  # a user exception whose __str__ fails still gets a reason
+        message = f"<unprintable message: {type(exc).__name__}>"
     if len(message) > MAX_REASON:
         message = f"{message[:MAX_REASON]}... ({len(message):,} characters)"
     name = type(error).__name__
-    return f"{name}: {message}" if message else name
+    return safe_text(f"{name}: {message}" if message else name)
+
+
+def safe_text(text: str, limit: int = 2 * MAX_REASON) -> str:
+    """``text`` as every driver accepts it: lone surrogates and NUL escaped, at most ``limit``.
+
+    Escaping can make the text longer (up to 6 characters per surrogate), so the bound is
+    applied afterwards.
+    """
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else f"{text[:limit]}..."

@@ -174,6 +174,14 @@ class Metrics:
         """False when the event loop stopped beating for ``stale_after`` seconds."""
         return self._alive_at is None or time.monotonic() - self._alive_at < stale_after
 
+    def unhealthy(self) -> str | None:
+        """Why /healthz fails (the event loop stopped beating, or the pool is not live), or None."""
+        if not self.is_alive():
+            return "event loop stalled"
+        problem = getattr(self._pool, "problem", None)  # a WorkerPool's; views without it pass
+        reason: object = None if problem is None else problem(time.monotonic())
+        return None if reason is None else str(reason)
+
     def is_ready(self) -> bool:
         """Transport open, pool consuming, and the transport connected."""
         if not self.ready:
@@ -203,7 +211,8 @@ def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
     def app(environ: dict[str, object], start: Start) -> Iterable[bytes]:
         path = environ.get("PATH_INFO")
         if path == "/healthz":
-            return _plain(start, metrics.is_alive(), b"ok\n", b"event loop stalled\n")
+            problem = metrics.unhealthy()
+            return _plain(start, problem is None, b"ok\n", f"{problem}\n".encode())
         if path == "/readyz":
             return _plain(start, metrics.is_ready(), b"ready\n", b"not ready\n")
         body: Iterable[bytes] = prometheus(environ, start)

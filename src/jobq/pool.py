@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -11,21 +12,26 @@ from typing import Protocol
 
 from jobq.backoff import Backoff, pause
 from jobq.errors import (
+    HandlerCancelled,
     JobTimeout,
     MalformedJob,
     SettleRejected,
     ShutdownInterrupted,
     TransportError,
+    WorkerDied,
     describe,
 )
 from jobq.job import Delivery, Job, Outcome
 from jobq.processor import Handler
-from jobq.retry import RetryPolicy
+from jobq.retry import RetryDecision, RetryPolicy
+from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 
 _STOP = None  # the sentinel a worker reads as "no more work"
+STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends by then or is cut)
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
+INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
 
 
 class PoolObserver(Protocol):
@@ -46,6 +52,7 @@ class PoolStats:
     dead: int = 0
     released: int = 0
     settle_failures: int = 0
+    worker_deaths: int = 0
     started_at: float = field(default_factory=time.monotonic)
     first_job_at: float | None = None
     last_job_at: float | None = None
@@ -82,6 +89,8 @@ class WorkerPool:
         shutdown_timeout: float,
         poll_timeout: float = 1.0,
         once: bool = False,
+        stall_timeout: float = 0.0,
+        threads: HandlerThreads | None = None,
         observer: PoolObserver | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -112,6 +121,13 @@ class WorkerPool:
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._expiring: set[int] = set()  # slots the watchdog has cancelled
         self._workers: list[asyncio.Task[None]] = []
+        # slot -> the delivery its worker took and has not settled; the extra last entry is
+        # the scratch slot of settles made outside a worker.
+        self._holding: list[Delivery | None] = [None] * (concurrency + 1)
+        self._run_at = time.monotonic()
+        self._closing = False  # run() is cancelling its workers: their end is not a death
+        self._stall_timeout = stall_timeout or (job_timeout or 300.0) + STALL_MARGIN
+        self._threads = threads  # shut down at the end of run (the pool's sync handlers' threads)
         self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
 
@@ -135,6 +151,31 @@ class WorkerPool:
         """True once a second stop signal asked to stop at once."""
         return self._forced
 
+    @property
+    def workers_alive(self) -> int:
+        """Worker tasks currently running (``concurrency`` while the pool runs normally)."""
+        return sum(not w.done() for w in tuple(self._workers))
+
+    def stalled(self, now: float) -> bool:
+        """Jobs are held, and none started or settled for ``stall_timeout`` seconds."""
+        if self._outstanding <= 0 or not self._workers:
+            return False
+        # Progress: the last settle, the start of any running handler, or the run's start.
+        last = max(self.stats.last_job_at or 0.0, self._run_at, *tuple(self._started_at.values()))
+        return now - last > self._stall_timeout
+
+    def problem(self, now: float) -> str | None:
+        """Why the pool is not live (a dead worker, no progress), or None; read by /healthz."""
+        if self._stop.is_set() or not self._workers:
+            return None  # not started, or stopping: shutdown has its own deadline
+        alive = self.workers_alive
+        if alive < self._concurrency:
+            return f"{alive} of {self._concurrency} workers alive"
+        if self.stalled(now):
+            return (f"no job started or settled for over {self._stall_timeout:g}s while "
+                    f"{self._outstanding} are held")
+        return None
+
     def stop(self) -> None:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
         if self._stop.is_set():
@@ -146,8 +187,8 @@ class WorkerPool:
 
     async def run(self) -> PoolStats:
         """Run until stopped (or, with ``once``, until nothing is eligible); return the stats."""
-        workers = self._workers = [asyncio.create_task(self._work(i))
-                                   for i in range(self._concurrency)]
+        self._run_at = time.monotonic()
+        workers = self._workers = [self._spawn(i) for i in range(self._concurrency)]
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._stop.wait())
         watchdog = asyncio.create_task(self._watch())
@@ -162,16 +203,48 @@ class WorkerPool:
                 # loudly instead of exiting 0 as if stopped on purpose.
                 self._log.error("receiving failed unexpectedly (%s); stopping", describe(crashed))
             await self._release_unstarted()
-            await self._drain(workers)
+            await self._drain()
             if crashed is not None:
                 raise crashed
         finally:
+            self._closing = True
             stopper.cancel()
             watchdog.cancel()
             for task in (*workers, fetcher):
                 task.cancel()
             await asyncio.gather(*workers, fetcher, stopper, watchdog, return_exceptions=True)
+            if self._threads is not None:
+                self._threads.shutdown()
         return self.stats
+
+    def _spawn(self, slot: int, orphan: Delivery | None = None,
+               cause: BaseException | None = None) -> asyncio.Task[None]:
+        work = self._work(slot) if orphan is None else self._recover(slot, orphan, cause)
+        task = asyncio.create_task(work, name=f"jobq-worker-{slot}")
+        task.add_done_callback(functools.partial(self._ended, slot))
+        return task
+
+    def _ended(self, slot: int, task: asyncio.Task[None]) -> None:
+        """Supervision: a worker that ends other than by the stop sentinel is logged and replaced."""
+        if self._closing or self._forced or self._workers[slot] is not task:
+            return
+        cause = None if task.cancelled() else task.exception()
+        if cause is None and not task.cancelled():
+            return  # read the stop sentinel
+        orphan, self._holding[slot] = self._holding[slot], None
+        self._started_at.pop(slot, None)
+        self._expiring.discard(slot)
+        self.stats.worker_deaths += 1
+        self._log.error("worker %d died (%s)%s; starting a new one", slot,
+                        "cancelled" if cause is None else describe(cause),
+                        f" holding job {orphan.job.id}" if orphan else "", exc_info=cause)
+        self._workers[slot] = self._spawn(slot, orphan, cause)
+
+    async def _recover(self, slot: int, orphan: Delivery, cause: BaseException | None) -> None:
+        """Settle the job the dead worker held (as a failure of the attempt), then work on."""
+        what = "was cancelled" if cause is None else f"died: {describe(cause)}"
+        await self._settle(orphan, WorkerDied(f"the worker running the job {what}"), 0.0, slot)
+        await self._work(slot)
 
     async def _fetch(self) -> None:
         failures = 0
@@ -252,30 +325,37 @@ class WorkerPool:
         if self.stats.released:
             self._log.info("released %d unstarted jobs", self.stats.released)
 
-    async def _drain(self, workers: list[asyncio.Task[None]]) -> None:
-        for _ in workers:
+    async def _drain(self) -> None:
+        for _ in range(self._concurrency):
             self._queue.put_nowait(_STOP)
-        if await self._wait_workers(workers, self._shutdown_timeout):
+        if await self._wait_workers(self._shutdown_timeout):
             return
         self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
                           self._shutdown_timeout, len(self._started_at))
         self._interrupting = True
         self._expire(float("inf"))
-        await self._wait_workers(workers, 10.0)
+        # A plain-def handler's thread cannot be interrupted: its worker waits for it up to
+        # INTERRUPT_GRACE, then run() cancels it and the process exits without settling its
+        # job (the backend hands it out again). So SIGTERM ends a consumer within
+        # shutdown_timeout + INTERRUPT_GRACE (+ closing the transport).
+        await self._wait_workers(INTERRUPT_GRACE)
 
-    async def _wait_workers(self, workers: list[asyncio.Task[None]], timeout: float) -> bool:
-        """Wait for the workers to finish; False on timeout or a forced stop."""
-        if self._forced:
-            return False
-        everyone = asyncio.ensure_future(asyncio.wait(workers))
+    async def _wait_workers(self, timeout: float) -> bool:
+        """Wait for the workers (and any replacement) to finish; False on timeout or forced stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         forced = asyncio.ensure_future(self._force.wait())
         try:
-            await asyncio.wait({everyone, forced}, timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
+            while not self._forced:
+                pending = {w for w in self._workers if not w.done()}
+                left = deadline - loop.time()
+                if not pending or left <= 0:
+                    return not pending
+                await asyncio.wait({*pending, forced}, timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            return False
         finally:
-            everyone.cancel()
             forced.cancel()
-        return all(w.done() for w in workers) and not self._forced
 
     async def _watch(self) -> None:
         """Cancel handlers that overran the job timeout; checks ten times per timeout."""
@@ -301,12 +381,14 @@ class WorkerPool:
 
     async def _work(self, slot: int) -> None:
         queue, handler, started_at, expiring = self._queue, self._handler, self._started_at, self._expiring
+        holding = self._holding
         task = asyncio.current_task()
         assert task is not None
         while True:
             delivery = await queue.get()
             if delivery is None or self._forced:
                 return
+            holding[slot] = delivery
             error: BaseException | None = None
             started = time.monotonic()
             if delivery.malformed is not None:
@@ -315,24 +397,30 @@ class WorkerPool:
                 started_at[slot] = started
                 try:
                     await handler(delivery.job)
-                except asyncio.CancelledError:
-                    if not self._expired(slot, task):
-                        raise
-                    error = self._timeout_error()
-                except Exception as exc:
+                except asyncio.CancelledError as exc:
+                    if self._expired(slot, task):
+                        error = self._timeout_error()
+                    elif task.cancelling():
+                        raise  # ours: shutdown or a forced stop
+                    else:  # the handler's own (it awaited something cancelled): its failure
+                        error = HandlerCancelled("CancelledError raised by the handler, not a "
+                                                 "timeout or shutdown")
+                        error.__cause__ = exc
+                except BaseException as exc:  # whatever a handler raises fails its job only
                     error = exc
                 finally:
                     del started_at[slot]
                 if slot in expiring:  # cancelled, but the handler swallowed it
                     self._expired(slot, task)
-            await self._settle(delivery, error, time.monotonic() - started)
+            await self._settle(delivery, error, time.monotonic() - started, slot)
 
     def _timeout_error(self) -> BaseException:
         if self._interrupting:
             return ShutdownInterrupted("still running at the shutdown deadline")
         return JobTimeout(f"ran longer than the job timeout ({self._job_timeout}s)")
 
-    async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float) -> None:
+    async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float,
+                      slot: int = -1) -> None:
         """The one place that decides ack, retry or dead-letter."""
         job = delivery.job
         outcome = Outcome.ACK
@@ -344,7 +432,7 @@ class WorkerPool:
                 except SettleRejected as rejected:  # it failed after all: decided as a failure
                     error = rejected.cause
             if error is not None:
-                decision = self._policy.decide(error, job)
+                decision = self._decide(error, job)
                 reason = decision.reason
                 if decision.retry:
                     outcome = Outcome.RETRY
@@ -357,7 +445,12 @@ class WorkerPool:
             self.stats.settle_failures += 1
             self._log.error("could not settle job %s as %s (%s); it will be delivered again",
                             job.id, outcome.value, describe(exc))
+        except Exception as exc:  # a bug below us: logged in full, and the worker lives on
+            self.stats.settle_failures += 1
+            self._log.error("settling job %s as %s failed unexpectedly (%s); it will be "
+                            "delivered again", job.id, outcome.value, describe(exc), exc_info=exc)
         finally:
+            self._holding[slot] = None
             self._outstanding -= 1
             self._settled.set()
             if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
@@ -374,6 +467,21 @@ class WorkerPool:
             self._log.debug("job %s attempt %d ok in %.3fs", job.id, job.attempt, duration,
                             extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
                                    "duration": duration})
+
+    def _decide(self, error: BaseException, job: Job) -> RetryDecision:
+        """The policy's decision; if deciding fails, retry with backoff (or dead when spent)."""
+        try:
+            return self._policy.decide(error, job)
+        except Exception as exc:
+            failed = f"{describe(error)} (the retry decision failed: {describe(exc)};"
+            if job.last_attempt:
+                return RetryDecision(False, 0.0, f"{failed} gave up after {job.attempt} of "
+                                                 f"{job.max_attempts} attempts)")
+            try:
+                delay = self._policy.backoff(job.attempt)
+            except Exception:
+                delay = STALL_MARGIN
+            return RetryDecision(True, delay, f"{failed} retried with backoff)")
 
     def _count(self, outcome: Outcome) -> None:
         stats = self.stats

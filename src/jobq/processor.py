@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from jobq.demo_processors import BUILTINS
 from jobq.errors import ConfigError
 from jobq.job import Job
+from jobq.threads import HandlerThreads
 
 
 class Processor(Protocol):
@@ -52,15 +55,33 @@ def load_processor(spec: str, args: Mapping[str, Any] | None = None) -> Processo
     return target  # type: ignore[no-any-return]
 
 
-def as_async(processor: Processor) -> Handler:
-    """Wrap a processor so the pool can always ``await`` it; plain functions go to a thread."""
+def as_async(processor: Processor, threads: HandlerThreads | None = None) -> Handler:
+    """Wrap a processor so the pool can always ``await`` it; plain functions go to ``threads``.
+
+    A plain function that overruns the job timeout cannot be interrupted (Python cannot kill
+    a thread). Its job is settled only once the thread returned, so it is never handed out
+    (and run a second time) while the first run still goes on; the worker waits with it.
+    """
     if inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
         getattr(processor, "__call__", None)  # noqa: B004 - callable objects with async __call__
     ):
         return processor  # type: ignore[return-value]
+    submit = (threads or HandlerThreads(1)).submit
+    log = logging.getLogger("jobq.processor")
 
     async def in_thread(job: Job) -> None:
-        result = await asyncio.to_thread(processor, job)
+        running = submit(contextvars.copy_context().run, processor, job)
+        try:
+            result = await asyncio.wrap_future(running)
+        except asyncio.CancelledError:
+            if not running.running():
+                raise
+            # Timed out (or interrupted at shutdown): wait for the thread before settling. A
+            # second cancellation (the pool giving up at the end of a shutdown) is not waited.
+            log.warning("job %s: its handler thread cannot be interrupted; the job is settled "
+                        "when the thread returns", job.id, extra={"job_id": job.id})
+            await asyncio.wait([asyncio.wrap_future(running)])
+            raise
         if inspect.isawaitable(result):
             await result
 

@@ -13,6 +13,7 @@ from jobq.config import ConsumerConfig
 from jobq.errors import ConfigError, UnknownKind
 from jobq.job import Job
 from jobq.processor import Handler, as_async, load_processor
+from jobq.threads import HandlerThreads
 
 
 class KindRouter:
@@ -32,22 +33,33 @@ class KindRouter:
         await handler(job)
 
 
-def _load(kind: str, entry: Any) -> Handler:
+def _load(kind: str, entry: Any, threads: HandlerThreads) -> Handler:
     spec, args = (entry, {}) if isinstance(entry, str) else (entry["processor"], entry.get("args", {}))
     try:
-        return as_async(load_processor(spec, args))
+        return as_async(load_processor(spec, args), threads)
     except ConfigError as exc:
         raise ConfigError(str(exc).split(": ", 1)[-1], key=f"consumer.processors.{kind}") from exc
 
 
-def build_handler(consumer: ConsumerConfig) -> Handler:
-    """The pool's handler: the single processor, or a KindRouter when kinds are routed."""
-    default = (as_async(load_processor(consumer.processor, consumer.processor_args))
+def require_processor(consumer: ConsumerConfig) -> None:
+    """Refuse a consumer with nothing to run: it would settle jobs nobody ran."""
+    if not consumer.processor and not consumer.processors:
+        raise ConfigError("no processor configured: name one with --processor (a built-in such "
+                          "as noop, or module:function) or set consumer.processors",
+                          key="consumer.processor")
+
+
+def build_handler(consumer: ConsumerConfig, threads: HandlerThreads | None = None) -> Handler:
+    """The pool's handler: the single processor, or a KindRouter when kinds are routed.
+
+    Plain ``def`` processors run in ``threads`` (by default, a new set of ``concurrency``).
+    """
+    require_processor(consumer)
+    threads = threads or HandlerThreads(consumer.concurrency)
+    default = (as_async(load_processor(consumer.processor, consumer.processor_args), threads)
                if consumer.processor else None)
     if not consumer.processors:
-        if default is None:
-            raise ConfigError("no processor: set consumer.processor or consumer.processors",
-                              key="consumer.processor")
+        assert default is not None  # require_processor
         return default  # one processor: no routing step on the hot path
-    return KindRouter({kind: _load(kind, entry) for kind, entry in consumer.processors.items()},
-                      default)
+    return KindRouter({kind: _load(kind, entry, threads)
+                       for kind, entry in consumer.processors.items()}, default)

@@ -119,7 +119,8 @@ def test_a_consumer_short_of_a_grant_exits_2_naming_it(roles: dict[str, str], cl
     assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
     execute(dsn_for(roles["owner"]), sql.SQL("GRANT USAGE ON SCHEMA {0} TO {1}; GRANT SELECT ON {2} TO {1}")
             .format(sql.Identifier(schema), sql.Identifier(consumer), sql.Identifier(schema, "jobs")))
-    result = run_cli("consumer", *config, "--once", env=as_role(consumer, schema, JOBQ_POSTGRES__CLAIM=claim))
+    result = run_cli("consumer", *config, "--once", "-p", "noop",
+                     env=as_role(consumer, schema, JOBQ_POSTGRES__CLAIM=claim))
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     jobs = sql.Identifier(schema, "jobs").as_string(None)
@@ -172,7 +173,8 @@ def test_sslmode_in_the_dsn_reaches_libpq(pg_dsn: str, schema: str) -> None:
     dsn = "postgresql://postgres:s3cret@127.0.0.1:5432/test?sslmode=require"
     env = cli_env(JOBQ_PG_DSN=dsn, JOBQ_POSTGRES__SCHEMA=schema, JOBQ_CONNECT__ATTEMPTS="2",
                   JOBQ_CONNECT__BACKOFF_BASE="0.1")
-    result = run_cli("consumer", "--config", str(ROOT / "configs" / "postgres.yaml"), "--once", env=env)
+    result = run_cli("consumer", "--config", str(ROOT / "configs" / "postgres.yaml"), "--once", "-p",
+                     "noop", env=env)
     assert "s3cret" not in result.stderr
     if ssl == "on":  # a server with TLS: the connection is encrypted
         assert result.returncode == 0, result.stderr

@@ -10,7 +10,7 @@ CONFIG = ["--config", str(ROOT / "configs" / "postgres.yaml")]
 
 
 @pytest.mark.parametrize("argv", [["producer", *CONFIG, "--count", "1"], ["jobq", "stats", *CONFIG],
-                                  ["jobq", "init", *CONFIG], ["consumer", *CONFIG]])
+                                  ["jobq", "init", *CONFIG], ["consumer", *CONFIG, "-p", "noop"]])
 def test_unreachable_server_exits_3_naming_host_and_port(argv: list[str]) -> None:
     env = cli_env(JOBQ_PG_DSN="host=127.0.0.1 port=1 user=jobq password=s3cret dbname=x",
                   JOBQ_CONNECT__ATTEMPTS="3", JOBQ_CONNECT__BACKOFF_BASE="0.05")

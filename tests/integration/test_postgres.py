@@ -152,7 +152,7 @@ def test_malformed_payload_is_dead_lettered_and_the_consumer_goes_on(
     for params in fetch_none:
         fetch(pg_dsn, insert + sql.SQL(" RETURNING id"), params)
     produce(schema, queue_name, 5)
-    proc = run_cli("consumer", *pg_args(queue_name), "--once", env=schema_env(schema))
+    proc = run_cli("consumer", *pg_args(queue_name), "--once", "-p", "noop", env=schema_env(schema))
     assert proc.returncode == 0, proc.stderr
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 5, "dead": 3}
     reasons = sorted(str(r) for (r,) in fetch(
@@ -189,7 +189,7 @@ def test_bad_config_and_unreachable_database_exit_with_one_line(tmp_path: Path, 
                                       "expected int, got str 'lots'")
     env = schema_env(schema, JOBQ_PG_DSN="postgresql://jobq:s3cret@127.0.0.1:1/nowhere",
                      JOBQ_CONNECT__ATTEMPTS="2", JOBQ_CONNECT__BACKOFF_BASE="0.1")
-    result = run_cli("consumer", *pg_args("q"), "--once", env=env)
+    result = run_cli("consumer", *pg_args("q"), "--once", "-p", "noop", env=env)
     assert result.returncode == 3
     assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
@@ -200,7 +200,7 @@ def test_bad_config_and_unreachable_database_exit_with_one_line(tmp_path: Path, 
 def test_sigterm_while_still_connecting_exits_0_at_once(schema: str) -> None:
     env = schema_env(schema, JOBQ_PG_DSN="postgresql://jobq@127.0.0.1:1/nowhere",
                      JOBQ_CONNECT__ATTEMPTS="50", JOBQ_CONNECT__BACKOFF_BASE="0.2")
-    proc = start_cli("consumer", *pg_args("q"), env=env)
+    proc = start_cli("consumer", *pg_args("q"), "-p", "noop", env=env)
     time.sleep(2.0)  # retrying the unreachable server
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -209,7 +209,8 @@ def test_sigterm_while_still_connecting_exits_0_at_once(schema: str) -> None:
     assert time.monotonic() - started < 3 and "attempt 1/50" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", [["consumer", "--claim=lease"], ["consumer", "--claim=transaction"],
+@pytest.mark.parametrize("command", [["consumer", "--claim=lease", "-p", "noop"],
+                                     ["consumer", "--claim=transaction", "-p", "noop"],
                                      ["producer", "-n", "1"]])
 def test_a_schema_never_initialised_exits_2_naming_jobq_init(pg_dsn: str, command: list[str]) -> None:
     name = f"t_{uuid.uuid4().hex[:10]}"  # no `jobq init` for this one: nothing is created

@@ -144,7 +144,7 @@ def test_unreachable_broker_exits_3_naming_host_not_password(tmp_path: Path) -> 
     backend = Backend("rabbitmq", "unreachable", {
         **cli_env(), "JOBQ_AMQP_URL": "amqp://guest:s3cret@127.0.0.1:1/",
         "JOBQ_CONNECT__ATTEMPTS": "3", "JOBQ_CONNECT__BACKOFF_BASE": "0.01"})
-    result = backend.run("consumer", "--once", timeout=30)
+    result = backend.run("consumer", "--once", "-p", "noop", timeout=30)
     assert result.returncode == 3
     assert "s3cret" not in result.stderr
     tries = [line for line in result.stderr.splitlines() if "cannot reach RabbitMQ at 127.0.0.1:1" in line]

@@ -37,7 +37,7 @@ def test_postgres_claim_selects_the_transport(claim: str, kind: type) -> None:
 
 def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() -> None:
     txn = settings(**{"postgres.claim": "transaction", "consumer.concurrency": 16,
-                      "consumer.buffer": 8})
+                      "consumer.buffer": 8, "consumer.processor": "noop"})
     lease = settings(**{"consumer.concurrency": 16, "consumer.buffer": 8})
     assert pool_buffer(txn) == 0  # a buffered delivery would hold a connection and a row lock
     assert pool_buffer(lease) == 8

@@ -1,0 +1,74 @@
+"""Issue 19 items 1 and 7 against the real servers, through the real CLIs.
+
+Item 1: with ``--concurrency 1 --once`` and 5 jobs, a first job whose handler fails in one of
+three awkward ways used to make the consumer hang for ever, silently: the delivery was never
+settled. Now the consumer exits on its own, the job is retried with a readable reason and the
+other four are done. Item 7: a consumer with no processor refuses to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from psycopg import sql
+
+from tests.conftest import PG_DSN, fetch, schema_env
+from tests.contract.backends import Backend, rabbit_backend
+from tests.processors import completions
+
+REASONS = {
+    "surrogate": "FileNotFoundError: /in/\\udcff.csv",
+    "cancelled": "HandlerCancelled: CancelledError raised by the handler",
+    "bad_retry": "Retry: retry requested (delay=soon) (the retry decision failed: ValueError",
+}
+
+
+@pytest.fixture(params=["postgres", "rabbitmq"])
+def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
+    """Postgres (lease mode) or RabbitMQ, on a queue (and schema) of the test's own."""
+    if request.param == "postgres":
+        schema = request.getfixturevalue("schema")
+        yield Backend("postgres", queue_name, schema_env(schema), schema=schema)
+        return
+    request.getfixturevalue("amqp_url")
+    backend = rabbit_backend(queue_name)
+    try:
+        yield backend
+    finally:
+        backend.cleanup()
+
+
+def last_errors(backend: Backend) -> list[str]:
+    assert backend.schema is not None
+    rows = fetch(PG_DSN, sql.SQL("SELECT last_error FROM {} WHERE status = 'pending'").format(
+        sql.Identifier(backend.schema, "jobs")))
+    return [str(r) for (r,) in rows]
+
+
+@pytest.mark.parametrize("mode", sorted(REASONS))
+def test_a_bad_first_job_is_retried_with_a_readable_reason_and_the_rest_are_done(
+        backend: Backend, mode: str, tmp_path: Path) -> None:
+    backend.produce(5, "--max-attempts", "3")  # payloads n = 0..4; n = 0 fails
+    result = backend.run("consumer", "--concurrency", "1", "--once",
+                         "-p", "tests.processors:bad_first", "-a", f"mode={mode}",
+                         "-a", f"directory={tmp_path}", timeout=40)  # before: hung, no log line
+    assert result.returncode == 0, result.stderr
+    assert len(set(completions(tmp_path))) == 4
+    retried = [line for line in result.stderr.splitlines() if "attempt 1/3 retried" in line]
+    assert len(retried) == 1 and REASONS[mode] in retried[0], result.stderr
+    assert "stopped: ok=4 retried=1 dead=0" in result.stderr
+    assert backend.waiting() == 1  # the failed job, waiting for its retry
+    if backend.transport == "postgres":
+        (error,) = last_errors(backend)
+        assert error.startswith(REASONS[mode])
+
+
+def test_a_consumer_without_a_processor_refuses_to_start(backend: Backend) -> None:
+    backend.produce(3)
+    result = backend.run("consumer", "--once", timeout=30)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("jobq: config error: consumer.processor: no processor configured")
+    assert backend.waiting() == 3  # before: all three settled as done without running
