@@ -159,6 +159,8 @@ def poison(directory: str, kind: str = "poison", min_ms: float = 0.0, max_ms: fl
             await asyncio.sleep(rand.uniform(min_ms, max_ms) / 1000)
         await innocent(job)
 
+    return handle
+
 
 def bad_first(mode: str, directory: str) -> Any:
     """Fail the job with payload ``n == 0`` the way ``mode`` says; record the others' ids.
