@@ -14,7 +14,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
+
+from tests.faultproxy import FaultProxy
 
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 AMQP_URL = os.environ.get("JOBQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -64,6 +66,33 @@ def amqp_url() -> str:
     """The test RabbitMQ URL, checked reachable."""
     need_service("RabbitMQ", "127.0.0.1", 5672)
     return AMQP_URL
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[Callable[[str, int], FaultProxy]]:
+    """Make fault-injection proxies (``make(host, port)``); every one stops with the test."""
+    proxies: list[FaultProxy] = []
+
+    def make(host: str, port: int) -> FaultProxy:
+        proxy = FaultProxy(host, port).start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
+@pytest.fixture
+def pg_proxy(pg_dsn: str, fault_proxy: Callable[[str, int], FaultProxy]) -> FaultProxy:
+    """A fault proxy in front of the test PostgreSQL (point a DSN at it with ``via_proxy``)."""
+    info = conninfo.conninfo_to_dict(pg_dsn)
+    return fault_proxy(str(info.get("host") or "127.0.0.1"), int(str(info.get("port") or 5432)))
+
+
+def via_proxy(dsn: str, proxy: FaultProxy, **params: str) -> str:
+    """``dsn`` with its host and port replaced by the proxy's (and ``params`` added)."""
+    return conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port), **params)
 
 
 @pytest.fixture

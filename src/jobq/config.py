@@ -117,6 +117,14 @@ class PostgresConfig:
     pool_size: int = 0  # 0: derived from the claim mode and concurrency
     ack_batch: int = 1000
     ack_interval: float = 0.02
+    # Seconds a PostgreSQL link may stay silent: every jobq statement's deadline, and (both
+    # ends) the TCP keepalives and tcp_user_timeout. 0: min(10, lease / 2).
+    network_timeout: float = 0.0
+
+    @property
+    def network_deadline(self) -> float:
+        """``network_timeout``, or when 0 the derived value: 10 s, at most half the lease."""
+        return self.network_timeout or min(10.0, self.lease / 2)
 
     @property
     def safe_dsn(self) -> str:
@@ -215,6 +223,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.lease": (lambda v: v > 0, "> 0"),
     "postgres.poll_interval": (lambda v: v > 0, "> 0"),
     "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
+    "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
@@ -410,6 +419,12 @@ def load_settings(
                 except ConfigError as exc:
                     raise ConfigError(str(exc), source=layer_source) from exc
     settings: Settings = _build(Settings, data, "", source)
+    pg = settings.postgres
+    if pg.network_timeout and pg.network_timeout >= pg.lease:
+        raise ConfigError(f"must be shorter than postgres.lease ({pg.lease:g}s), got "
+                          f"{pg.network_timeout:g}: a heartbeat that waits longer than the lease "
+                          "lets every job's lease expire", key="postgres.network_timeout",
+                          source=source)
     if settings.rabbitmq.ca_file and not settings.rabbitmq.url.startswith("amqps://"):
         raise ConfigError("a CA file is only used with TLS: the url must be amqps://",
                           key="rabbitmq.ca_file", source=source)

@@ -94,6 +94,7 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
 
     size = pg_pool_size(settings)
     pool = await open_pool(settings.postgres.dsn, settings.connect, size, logger,
+                           network_timeout=settings.postgres.network_deadline,
                            min_size=min(size, LEASE_POOL))
     try:
         yield pool

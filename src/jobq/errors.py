@@ -26,6 +26,20 @@ class ConnectionLost(TransportError):
     """The connection to the backend dropped or could not be made; retried with backoff."""
 
 
+class OutcomeUnknown(ConnectionLost):
+    """An enqueue whose COMMIT got no answer and whose fate could not be checked in time.
+
+    The jobs in ``maybe`` may or may not be enqueued; those in ``accepted`` (earlier parts of
+    the same call) are. Enqueueing ``maybe`` again may run them twice, never loses them.
+    """
+
+    def __init__(self, message: str, *, accepted: tuple[str, ...] = (),
+                 maybe: tuple[str, ...] = ()) -> None:
+        self.accepted = accepted
+        self.maybe = maybe
+        super().__init__(message)
+
+
 class SettleRejected(JobqError):
     """An ack the backend refused because of the job itself: ``cause`` is the job's failure.
 

@@ -27,7 +27,8 @@ async def test_each_try_is_logged_then_connection_lost(
     monkeypatch.setattr(backoff.asyncio, "sleep", no_sleep)
     connect = ConnectConfig(attempts=6, backoff_base=0.5, backoff_max=3.0, timeout=1.0)
     with caplog.at_level(logging.WARNING), pytest.raises(ConnectionLost) as info:
-        await pg_connect.connect_once(dsn, connect, logging.getLogger("jobq.test"))
+        await pg_connect.connect_once(dsn, connect, logging.getLogger("jobq.test"),
+                                     network_timeout=10)
     assert str(info.value).startswith("cannot reach PostgreSQL at 127.0.0.1:1 after 6 attempts")
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 5 and len(delays) == 5  # a line and a pause before each retry

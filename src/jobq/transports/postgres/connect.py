@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import psycopg
 from psycopg import conninfo
@@ -18,9 +22,20 @@ from jobq.errors import ConnectionLost
 from jobq.transports import common
 from jobq.transports.common import error_text as _clean  # the name the connect loops use
 
+# A server that answers read-only (SQLSTATE 25006) is a standby now (a failover, or a DSN
+# that reached the wrong host): like a lost link, the work goes to a new connection, which
+# target_session_attrs=read-write in a multi-host DSN sends to the writable server.
+READ_ONLY: common.Errors = (psycopg.errors.ReadOnlySqlTransaction,)
 # What "the link to the server broke" looks like from psycopg; any other psycopg.Error failed
-# the statement only.
-LINK_ERRORS: common.Errors = (psycopg.OperationalError, psycopg.InterfaceError)
+# the statement only. (Admin shutdown and "cannot connect now" are OperationalErrors.)
+LINK_ERRORS: common.Errors = (psycopg.OperationalError, psycopg.InterfaceError, *READ_ONLY)
+# After a statement's deadline psycopg asks the server to cancel it and waits for the answer
+# (5 s + 5 s at most, its own constants); a dead link would answer neither, so after this
+# grace the wait is interrupted again and psycopg closes the connection.
+CANCEL_GRACE = 1.0
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+Pool = AsyncConnectionPool[Conn]
 
 
 def consumer_id() -> str:
@@ -45,15 +60,88 @@ def translated(what: str) -> AbstractContextManager[None]:
     return common.translating(what, lost=LINK_ERRORS, failed=(psycopg.Error,), describe=_clean)
 
 
-async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) -> psycopg.AsyncConnection[
-    tuple[object, ...]
-]:
+def network_params(dsn: str, network_timeout: float) -> dict[str, Any]:
+    """libpq parameters that bound how long either end waits on a silent link.
+
+    Client side: TCP keepalives (idle, then probes, about ``network_timeout`` in all) and
+    tcp_user_timeout (unacknowledged data). Server side, through ``options``: the same for the
+    backend's socket, so a server whose client vanished (a partition) closes the session and
+    rolls back its transaction, releasing its row locks, within about ``network_timeout``.
+    Keys the DSN sets itself are kept; its ``options`` come after ours, so they win.
+    """
+    given = conninfo.conninfo_to_dict(dsn)
+    seconds = max(1, round(network_timeout))
+    idle, interval, count = max(1, seconds // 2), max(1, seconds // 6), 3
+    client = {"keepalives": 1, "keepalives_idle": idle, "keepalives_interval": interval,
+              "keepalives_count": count, "tcp_user_timeout": seconds * 1000}
+    params: dict[str, Any] = {k: v for k, v in client.items() if k not in given}
+    server = (f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
+              f"-c tcp_keepalives_count={count} -c tcp_user_timeout={seconds * 1000}")
+    params["options"] = f"{server} {given['options']}" if given.get("options") else server
+    return params
+
+
+@contextlib.asynccontextmanager
+async def deadline(what: str, seconds: float) -> AsyncIterator[None]:
+    """ConnectionLost if the body has not finished within ``seconds`` (+ CANCEL_GRACE at most).
+
+    The body is cancelled at the deadline, and again CANCEL_GRACE later if psycopg is still
+    waiting for the server to confirm the cancel; a cancellation from outside passes through.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    before = task.cancelling()
+    fired = 0
+
+    def fire() -> None:
+        nonlocal fired
+        fired += 1
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    timers = [loop.call_later(seconds, fire), loop.call_later(seconds + CANCEL_GRACE, fire)]
+    try:
+        yield
+    except asyncio.CancelledError as exc:
+        for timer in timers:
+            timer.cancel()
+        for _ in range(fired):
+            task.uncancel()
+        if fired and task.cancelling() <= before:
+            raise ConnectionLost(f"{what}: no answer from PostgreSQL within {seconds:g}s "
+                                 "(postgres.network_timeout); dropping the connection") from exc
+        raise
+    finally:
+        for timer in timers:
+            timer.cancel()
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool: Pool, what: str, seconds: float) -> AsyncIterator[Conn]:
+    """A pool connection for one unit of work that must end within ``seconds``, errors
+    translated; a connection that answered read-only is closed, so the pool replaces it."""
+    with translated(what):
+        conn = await pool.getconn(timeout=seconds)
+        try:
+            async with deadline(what, seconds):
+                try:
+                    yield conn
+                except READ_ONLY:
+                    await conn.close()
+                    raise
+        finally:
+            await pool.putconn(conn)
+
+
+async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger, *,
+                       network_timeout: float) -> Conn:
     """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end."""
     where = server_address(dsn)
+    params = network_params(dsn, network_timeout)
     async for attempt in Backoff.from_connect(connect).attempts(connect.attempts):
         try:
             return await psycopg.AsyncConnection.connect(
-                dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout))
+                dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout)), **params
             )
         except psycopg.Error as exc:
             if attempt.last:
@@ -66,18 +154,20 @@ async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger) ->
 
 
 async def open_pool(
-    dsn: str, connect: ConnectConfig, size: int, log: logging.Logger, *, min_size: int | None = None
-) -> AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]:
+    dsn: str, connect: ConnectConfig, size: int, log: logging.Logger, *, network_timeout: float,
+    min_size: int | None = None,
+) -> Pool:
     """An open pool of up to ``size`` autocommit connections (``min_size`` of them opened now,
-    default all), the server checked reachable."""
-    probe = await connect_once(dsn, connect, log)
+    default all), the server checked reachable; every connection with ``network_params``."""
+    probe = await connect_once(dsn, connect, log, network_timeout=network_timeout)
     await probe.close()
-    pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]] = AsyncConnectionPool(
+    pool: Pool = AsyncConnectionPool(
         dsn,
         min_size=size if min_size is None else min_size,
         max_size=size,
         open=False,
-        kwargs={"autocommit": True, "connect_timeout": max(1, round(connect.timeout))},
+        kwargs={"autocommit": True, "connect_timeout": max(1, round(connect.timeout)),
+                **network_params(dsn, network_timeout)},
         timeout=max(connect.timeout, 30.0),
         reconnect_timeout=connect.backoff_max * connect.attempts,
         name="jobq",

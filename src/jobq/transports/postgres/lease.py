@@ -24,7 +24,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
 from jobq.transports.postgres.admin import require_schema
-from jobq.transports.postgres.connect import consumer_id, translated
+from jobq.transports.postgres.connect import consumer_id, pooled
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.held import Held, Lease, pairs
 from jobq.transports.postgres.listen import listen
@@ -197,13 +197,12 @@ class PostgresTransport:
 
     async def _run(self, name: str, params: dict[str, Any], *, fetch: bool = False) -> list[Any]:
         try:
-            with translated(f"postgres {name}"):
-                async with self._pool.connection() as conn:
-                    query = self._rendered.get(name)
-                    if query is None:
-                        query = self._rendered[name] = self._q[name].as_bytes(conn)
-                    cur = await conn.execute(query, params)
-                    rows = await cur.fetchall() if fetch else []
+            async with pooled(self._pool, f"postgres {name}", self._cfg.network_deadline) as conn:
+                query = self._rendered.get(name)
+                if query is None:
+                    query = self._rendered[name] = self._q[name].as_bytes(conn)
+                cur = await conn.execute(query, params)
+                rows = await cur.fetchall() if fetch else []
         except ConnectionLost:
             self._lost = True
             raise
@@ -307,7 +306,8 @@ class PostgresTransport:
     async def _listen(self) -> None:
         """Hold a LISTEN connection; reconnect forever with backoff if it drops."""
         await listen(self._cfg.dsn, self._connect, self._q.channel, self._queue, self._wake.set,
-                     self._log, on_reconnect=self._count_reconnect)
+                     self._log, on_reconnect=self._count_reconnect,
+                     network_timeout=self._cfg.network_deadline)
 
     def _count_reconnect(self) -> None:
         self.reconnects += 1

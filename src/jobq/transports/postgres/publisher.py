@@ -3,6 +3,12 @@
 Every job is checked before anything is inserted (limits.py: kind, payload and headers, their
 sizes); with ``limits.max_pending`` rows go in only as far as the queue has room, and
 ``enqueue`` waits up to its timeout for room before raising QueueFull.
+
+A cut connection is ridden out within the same timeout: each INSERT runs in a transaction
+whose id it returns, so a failure before the COMMIT was sent is retried (nothing went in),
+and a COMMIT whose answer was lost is settled by asking the server (``xact_status``) whether
+that transaction committed. Only when it cannot be asked in time is the outcome unknown:
+OutcomeUnknown says so.
 """
 
 from __future__ import annotations
@@ -15,18 +21,27 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.backoff import QUEUE_FULL_BACKOFF
+from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, PostgresConfig
-from jobq.errors import MalformedJob, QueueFull
+from jobq.errors import ConnectionLost, MalformedJob, OutcomeUnknown, QueueFull
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 CHUNK = 5000  # rows per INSERT: large enough to amortise the round trip, small enough to stream
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # a JSON \u0000 escape, not an escaped backslash
+# Between tries of an enqueue whose connection broke: brisk, a pool reconnects in milliseconds.
+RECONNECT_BACKOFF = Backoff(base=0.05, cap=1.0)
+
+
+class _NotCommitted(Exception):
+    """An enqueue attempt that surely did not commit (``cause``: why): safe to send again."""
+
+    def __init__(self, cause: ConnectionLost) -> None:
+        self.cause = cause
 
 
 def encode(job: NewJob, limits: LimitsConfig | None = None) -> tuple[str, str]:
@@ -49,6 +64,7 @@ class PostgresPublisher:
         self._queue = queue
         self._max_attempts = max_attempts
         self._limits = limits or LimitsConfig()
+        self._network = settings.network_deadline
 
     async def open(self) -> None:
         """Check the schema is there (the pool is opened by the container)."""
@@ -93,10 +109,12 @@ class PostgresPublisher:
         """Insert ``columns`` (appending to ``ids``); with max_pending, as room allows."""
         cap = self._limits.max_pending
         if not cap:
-            ids.extend(await self._execute("enqueue", {"queue": queue, **columns}))
+            ids.extend(await self._execute("enqueue", {"queue": queue, **columns}, ids, deadline,
+                                           wait))
             return
         async for _ in QUEUE_FULL_BACKOFF.attempts(until=deadline):
-            got = await self._execute("enqueue_bounded", {"queue": queue, "cap": cap, **columns})
+            got = await self._execute("enqueue_bounded", {"queue": queue, "cap": cap, **columns},
+                                      ids, deadline, wait)
             ids.extend(got)
             if len(got) == len(columns["kinds"]):
                 return
@@ -105,8 +123,63 @@ class PostgresPublisher:
         raise QueueFull(f"queue {queue!r} is full: {cap} jobs pending (limits.max_pending), "
                         f"no room for {left} more within {wait:g}s", accepted=tuple(ids))
 
-    async def _execute(self, name: str, params: dict[str, Any]) -> list[str]:
-        with translated("postgres enqueue"):
-            async with self._pool.connection() as conn:
+    async def _execute(self, name: str, params: dict[str, Any], accepted: list[str],
+                       deadline: float, wait: float) -> list[str]:
+        """Run one enqueue statement; return the ids it inserted. Sent again, with backoff until
+        ``deadline``, while a try surely did not commit; ConnectionLost saying these jobs were
+        not enqueued once the time is up, OutcomeUnknown if the last try's fate is unknown."""
+        cause: ConnectionLost | None = None
+        async for _ in RECONNECT_BACKOFF.attempts(until=deadline):
+            try:
+                return await self._attempt(name, params, deadline, wait, accepted)
+            except _NotCommitted as failed:
+                cause = failed.cause
+        count = len(params["kinds"])
+        raise ConnectionLost(f"postgres enqueue: {count} jobs not enqueued: no try went through "
+                             f"within {wait:g}s (limits.enqueue_timeout); last error: {cause}"
+                             + (f" ({len(accepted)} earlier jobs of the call were)" if accepted
+                                else "")) from cause
+
+    async def _attempt(self, name: str, params: dict[str, Any], deadline: float, wait: float,
+                       accepted: list[str]) -> list[str]:
+        """One try in a transaction; _NotCommitted when it failed before its COMMIT was sent."""
+        rows: list[Any] = []
+        committing = False
+        try:
+            async with pooled(self._pool, "postgres enqueue", self._network) as conn, \
+                    conn.transaction():
                 cur = await conn.execute(self._q[name], params)
-                return [str(row[0]) for row in await cur.fetchall()]
+                rows = await cur.fetchall()
+                committing = True  # leaving the block sends COMMIT
+        except ConnectionLost as exc:
+            if not committing or not rows:
+                raise _NotCommitted(exc) from exc
+            ids = [str(row[0]) for row in rows]
+            status = await self._commit_status(str(rows[0][1]), deadline)
+            if status == "committed":
+                return ids
+            if status == "aborted":
+                raise _NotCommitted(exc) from exc
+            raise OutcomeUnknown(
+                f"postgres enqueue: the connection broke while committing {len(ids)} jobs and "
+                f"the server could not tell within {wait:g}s (limits.enqueue_timeout) whether "
+                f"they went in: they may or may not be enqueued ({exc})",
+                accepted=tuple(accepted), maybe=tuple(ids)) from exc
+        return [str(row[0]) for row in rows]
+
+    async def _commit_status(self, xid: str, deadline: float) -> str | None:
+        """'committed' or 'aborted' as the server knows transaction ``xid``; None if it could
+        not say before ``deadline`` (unreachable, still 'in progress', or forgotten)."""
+        async for _ in RECONNECT_BACKOFF.attempts(until=deadline):
+            try:
+                async with pooled(self._pool, "postgres enqueue check", self._network) as conn:
+                    cur = await conn.execute(self._q["xact_status"], {"xid": xid})
+                    row = await cur.fetchone()
+            except ConnectionLost:
+                continue
+            status = None if row is None else row[0]
+            if status in ("committed", "aborted"):
+                return str(status)
+            if status is None:
+                return None
+        return None

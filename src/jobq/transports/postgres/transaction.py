@@ -128,8 +128,8 @@ class PgTransactionTransport:
             self._sweep = Sweep(until, asyncio.get_running_loop().time())
         if not self._once and self._cfg.notify:
             self._tasks.append(asyncio.create_task(listen(
-                self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log),
-                name="jobq-pg-listen"))
+                self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log,
+                network_timeout=self._cfg.network_deadline), name="jobq-pg-listen"))
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
 

@@ -314,14 +314,20 @@ SELECT now();
 
 -- name: enqueue
 -- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the
--- statement-level trigger, one NOTIFY however many rows.
+-- statement-level trigger, one NOTIFY however many rows. Run inside a transaction whose id it
+-- returns: if the COMMIT's answer is lost, xact_status tells whether the jobs went in.
 INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
 SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
        now() + make_interval(secs => t.delay)
   FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
               %(max_attempts)s::int[], %(delays)s::float8[])
        AS t(kind, payload, headers, max_attempts, delay)
-RETURNING id;
+RETURNING id, pg_current_xact_id()::text;
+
+-- name: xact_status
+-- After a COMMIT whose answer was lost: 'committed', 'aborted', 'in progress' (the server has
+-- not yet noticed the broken connection) or NULL (too old to know).
+SELECT pg_xact_status(%(xid)s::xid8);
 
 -- name: depth
 -- Jobs by state for `jobq stats` and the depth gauge, polled every few seconds by each consumer,
@@ -398,7 +404,7 @@ SELECT id FROM purged ORDER BY id;
 SELECT id FROM {jobs} WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[]);
 
 -- name: enqueue_bounded
--- enqueue, for a queue with limits.max_pending: only as many rows go in, in order, as the queue
+-- enqueue (in a transaction, its id returned), for a queue with limits.max_pending: only as many rows go in, in order, as the queue
 -- has room for (the caller waits and sends the rest again, then raises QueueFull).
 -- The room is counted through jobs_pending_idx and the count stops at %(cap)s, so it costs at
 -- most max_pending index entries, whatever the table holds. It takes no lock: producers
@@ -415,4 +421,4 @@ SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
        AS t(kind, payload, headers, max_attempts, delay, ord)
  WHERE t.ord <= %(cap)s - (SELECT n FROM waiting)
  ORDER BY t.ord
-RETURNING id;
+RETURNING id, pg_current_xact_id()::text;
