@@ -12,7 +12,7 @@ from pamqp.commands import Basic
 from jobq.config import LimitsConfig
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import decode, encode_job, republish
+from jobq.transports.rabbitmq.codec import crashed, decode, encode_job, isolated, republish
 
 
 def props(message_id: str | None = "7", kind: str | None = "email", **headers: Any
@@ -21,8 +21,8 @@ def props(message_id: str | None = "7", kind: str | None = "email", **headers: A
                             headers={"x-jobq-attempt": 1, "x-jobq-max-attempts": 4, **headers})
 
 
-def read(body: bytes, p: Basic.Properties, redelivered: bool = False) -> tuple[Any, str | None]:
-    return decode(body, p, redelivered=redelivered, queue="q", max_attempts=9, fallback_id="amqp-1")
+def read(body: bytes, p: Basic.Properties) -> tuple[Any, str | None]:
+    return decode(body, p, queue="q", max_attempts=9, fallback_id="amqp-1")
 
 
 def test_round_trip() -> None:
@@ -46,14 +46,34 @@ def test_enqueue_time_falls_back_to_the_whole_second_timestamp() -> None:
     assert job.enqueued_at == stamp
 
 
-def test_crash_redeliveries_count_as_attempts() -> None:
-    quorum, _ = read(b"{}", props(**{"x-jobq-attempt": 2, "x-delivery-count": 3}),
-                     redelivered=True)
-    assert quorum.attempt == 5
-    classic, _ = read(b"{}", props(**{"x-jobq-attempt": 2}), redelivered=True)
-    assert classic.attempt == 3  # a flag only says "at least once more"
-    fresh, _ = read(b"{}", props(**{"x-delivery-count": 0}))
+def test_the_attempt_is_the_header_alone_and_crash_redeliveries_are_told_apart() -> None:
+    # Crash redeliveries no longer add to the attempt: they are copied forward (rmq crashes),
+    # and the copy's header carries the count.
+    quorum_props = props(**{"x-jobq-attempt": 2, "x-delivery-count": 3})
+    quorum, _ = read(b"{}", quorum_props)
+    assert quorum.attempt == 2 and crashed(quorum_props, redelivered=False)
+    classic_props = props(**{"x-jobq-attempt": 2})
+    classic, _ = read(b"{}", classic_props)
+    assert classic.attempt == 2 and crashed(classic_props, redelivered=True)
+    fresh_props = props(**{"x-delivery-count": 0})
+    fresh, _ = read(b"{}", fresh_props)
     assert fresh.attempt == 1
+    assert not crashed(fresh_props, redelivered=False) and not crashed(props(), redelivered=False)
+    assert not crashed(Basic.Properties(headers={"x-delivery-count": "3"}), redelivered=False)
+
+
+def test_only_an_integer_1_marks_a_message_to_run_alone() -> None:
+    assert isolated(props(**{"x-jobq-isolate": 1}))
+    assert not isolated(props()) and not isolated(props(**{"x-jobq-isolate": "1"}))
+    assert not isolated(Basic.Properties(headers=None))
+
+
+def test_a_released_copy_keeps_the_isolate_mark_and_a_dropped_one_loses_it() -> None:
+    original = props(**{"x-jobq-isolate": 1, "x-delivery-count": 1})
+    _, kept = republish(b"{}", original, {"x-jobq-attempt": 1})
+    _, dropped = republish(b"{}", original, {"x-jobq-attempt": 2}, drop=("x-jobq-isolate",))
+    assert kept.headers["x-jobq-isolate"] == 1 and "x-delivery-count" not in kept.headers
+    assert "x-jobq-isolate" not in dropped.headers
 
 
 @pytest.mark.parametrize(("body", "p", "reason"), [

@@ -21,8 +21,10 @@ from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     DELIVERY_COUNT,
     MAX_ATTEMPTS,
+    crashed,
     decode,
     encode_job,
+    isolated,
 )
 from tests.unit.test_pg_decode_properties import headers as text_headers
 from tests.unit.test_pg_decode_properties import json_objects, kinds
@@ -48,8 +50,9 @@ properties = st.builds(
 @given(body=bodies, props=properties, redelivered=st.booleans())
 def test_any_message_decodes_to_a_job_or_a_reason_without_raising(
         body: bytes, props: Basic.Properties, redelivered: bool) -> None:
-    job, problem = decode(body, props, redelivered=redelivered, queue="q", max_attempts=5,
-                          fallback_id="amqp-1", limits=SMALL)
+    job, problem = decode(body, props, queue="q", max_attempts=5, fallback_id="amqp-1",
+                          limits=SMALL)
+    assert isinstance(crashed(props, redelivered), bool) and isinstance(isolated(props), bool)
     event("valid" if problem is None else "malformed")
     assert job.id and isinstance(job.kind, str) and isinstance(job.payload, dict)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in job.headers.items())
@@ -66,7 +69,7 @@ def test_what_encode_accepts_decodes_back_to_the_same_job(
     head = {k: v for k, v in head.items() if not k.startswith("x-")}  # x- names are jobq's and the broker's
     body, props = encode_job(NewJob(kind=kind, payload=payload, headers=head,
                                     max_attempts=max_attempts), job_id="42", max_attempts=3)
-    job, problem = decode(body, props, redelivered=False, queue="q", max_attempts=3,
+    job, problem = decode(body, props, queue="q", max_attempts=3,
                           fallback_id="amqp-1")
     assert problem is None
     assert (job.id, job.kind, dict(job.payload), dict(job.headers)) == ("42", kind, payload, head)
@@ -77,6 +80,6 @@ def test_what_encode_accepts_decodes_back_to_the_same_job(
 def test_decimal_and_nested_header_values_become_text() -> None:
     props = Basic.Properties(message_id="1", message_type="k",
                              headers={"price": Decimal("1.50"), "tags": ["a", b"b"], "n": 3})
-    job, problem = decode(b"{}", props, redelivered=False, queue="q", max_attempts=5, fallback_id="x")
+    job, problem = decode(b"{}", props, queue="q", max_attempts=5, fallback_id="x")
     assert problem is None
     assert job.headers == {"price": "1.50", "tags": "['a', b'b']", "n": "3"}

@@ -4,8 +4,9 @@ A message: JSON object body (the payload), ``message_id`` = job id, ``type`` = k
 ``timestamp`` = enqueue time, persistent; headers ``x-jobq-attempt`` (the attempt number its
 next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueued-at`` (epoch
 seconds, sub-second); the user's headers beside them.
-Crash redeliveries add to the attempt: ``x-delivery-count`` on quorum queues, the
-``redelivered`` flag on classic ones (which tells "at least once more", no more).
+A crash redelivery (``redelivered``; on quorum queues also ``x-delivery-count`` > 0) never
+runs: the consumer copies it forward marked ``x-jobq-isolate`` (see ``crashes``), so the
+attempt is the header alone and every copy carries the count durably.
 New jobs (``encode_job``) and the consumer's retry / dead-letter / release copies
 (``republish``) get their properties from one place (``properties``).
 """
@@ -36,6 +37,8 @@ DEAD_AT = "x-jobq-dead-at"
 # coarse for end-to-end latency.
 ENQUEUED_AT = "x-jobq-enqueued-at"
 DELIVERY_COUNT = "x-delivery-count"
+# On a copy of a crash redelivery: run it alone, so that a crash during its run is its own.
+ISOLATE = "x-jobq-isolate"
 _DEFAULT_LIMITS = LimitsConfig()
 # User headers forwarded with a retried / dead-lettered / released copy at most: under the
 # broker's default frame_max (128 KiB) with room for jobq's own headers.
@@ -137,9 +140,8 @@ def _user_headers(headers: Mapping[str, Any], limits: LimitsConfig) -> tuple[dic
     return texts, too_large("headers", size, limits.max_headers, "limits.max_headers")
 
 
-def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: str,
-           max_attempts: int, fallback_id: str, limits: LimitsConfig | None = None
-           ) -> tuple[Job, str | None]:
+def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: int,
+           fallback_id: str, limits: LimitsConfig | None = None) -> tuple[Job, str | None]:
     """The job a message carries and, if it is not a valid one, why (the job is then partial).
 
     Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
@@ -149,8 +151,6 @@ def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: st
     limits = limits or _DEFAULT_LIMITS
     raw_headers = props.headers
     headers: Mapping[str, Any] = raw_headers if isinstance(raw_headers, Mapping) else {}
-    count = headers.get(DELIVERY_COUNT)
-    redeliveries = count if type(count) is int else int(bool(redelivered))
     payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
     id_problem, kind_problem_ = _identity(props)
     texts, headers_problem = _user_headers(headers, limits)
@@ -165,12 +165,27 @@ def decode(body: bytes, props: Basic.Properties, *, redelivered: bool, queue: st
         queue=queue,
         kind=kind,
         payload=payload,
-        attempt=_int(headers.get(ATTEMPT), 1) + redeliveries,
+        attempt=_int(headers.get(ATTEMPT), 1),
         max_attempts=_int(headers.get(MAX_ATTEMPTS), max_attempts),
         enqueued_at=_enqueued_at(headers.get(ENQUEUED_AT), props.timestamp),
         headers=texts,
     )
     return job, problem
+
+
+def crashed(props: Basic.Properties, redelivered: bool) -> bool:
+    """True for a delivery that was in flight when a consumer died or lost its channel."""
+    if redelivered:
+        return True
+    headers = props.headers
+    count = headers.get(DELIVERY_COUNT) if isinstance(headers, Mapping) else None
+    return type(count) is int and count > 0
+
+
+def isolated(props: Basic.Properties) -> bool:
+    """True for a message marked to run alone (a copy of a crash redelivery)."""
+    headers = props.headers
+    return isinstance(headers, Mapping) and headers.get(ISOLATE) == 1
 
 
 def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:

@@ -9,12 +9,17 @@ local list that ``receive`` hands out. Settling:
   (confirmed), then ack;
 - release: publish a copy with the attempt header unchanged back to the work queue (confirmed),
   then ack. Not a nack with requeue: quorum queues count that as a delivery
-  (``x-delivery-count``), classic ones set ``redelivered``, and either would count an attempt.
+  (``x-delivery-count``), classic ones set ``redelivered``, and either reads as a crash.
   The price: the released job goes to the back of the queue.
 
+A crash redelivery is not run but copied forward marked to run alone (see rmq crashes). A
+marked delivery is handed out only when nothing else is out, and alone; the consumer is
+cancelled while it runs (and other marked ones it holds are handed back), so a crash during
+that run can only be its own.
+
 A lost connection or channel ends the session: buffered deliveries are dropped, later settles
-of its deliveries are ignored (the broker redelivers those messages, counting an attempt), and
-a supervisor reconnects with backoff, re-declares and consumes again.
+of its deliveries are ignored (the broker redelivers those messages), and a supervisor
+reconnects with backoff, re-declares and consumes again.
 """
 
 from __future__ import annotations
@@ -34,14 +39,16 @@ from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
-from jobq.transports.rabbitmq.codec import ATTEMPT, republish
+from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.topology import Topology
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
+ACK_POLLS = 50  # around a run alone: ack_intervals to wait for owed acks to be sent
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -69,6 +76,11 @@ class RabbitTransport:
         self._topology = Topology.configured(settings, queue, self._limits.max_pending)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
+        self._marked: collections.deque[Delivery] = collections.deque()  # to run alone
+        self._out = 0  # deliveries handed to the pool and not yet settled
+        self._alone: Delivery | None = None  # the marked delivery out on its own
+        self._copying: set[asyncio.Task[None]] = set()  # crash redeliveries being copied forward
+        self._stirred = 0.0  # loop time of the last copy or subscription (see _pause)
         self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
         self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
@@ -123,9 +135,10 @@ class RabbitTransport:
         await session.cancel_consumer()
         for _ in range(3):  # deliveries read before the cancel-ok run as aiormq tasks: let them land
             await asyncio.sleep(0)
-        while self._arrived and session.alive:
-            with contextlib.suppress(TransportError):
-                await self.release(self._arrived.popleft())
+        for held in (self._arrived, self._marked):
+            while held and session.alive:
+                with contextlib.suppress(TransportError):
+                    await self._give_back(held.popleft())
         session.holding = False
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
@@ -133,11 +146,100 @@ class RabbitTransport:
         arrived = self._arrived
         if not arrived:
             await self._wait(timeout)
+        if self._marked or self._alone is not None:
+            return await self._receive_alone(timeout)
         n = min(max_count, len(arrived))
+        self._out += n
         return [arrived.popleft() for _ in range(n)]
+
+    async def _receive_alone(self, timeout: float) -> list[Delivery]:
+        """The next marked delivery, alone, once nothing else is out; [] if that takes too long.
+
+        Nothing else is handed out meanwhile, so the ones out drain. The consumer is cancelled
+        until it settles and every other marked delivery held is given back (keeping its mark
+        and attempt): held unacked, it would come back redelivered and marked if this run
+        killed the process, and be charged for a crash that is not its own.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._out:  # the one alone included
+            if loop.time() >= deadline:
+                return []
+            await self._sleep(deadline)  # woken by the settle that leaves none out (_done)
+        if not self._marked:
+            return []  # the session ended meanwhile, or the run alone just settled
+        # Cancel-safe: the delivery stays in _marked (close gives it back) until handed out.
+        session: Session = self._marked[0].handle.session
+        # Copies still being made first: an original not yet acked when this run kills the
+        # process would be copied (and, if marked, charged) a second time.
+        if self._copying:
+            await asyncio.shield(asyncio.gather(*self._copying))
+        await self._pause(session)
+        others = [self._marked.pop() for _ in range(len(self._marked) - 1)]
+        await asyncio.shield(self._spawn(self._give_back_all(others)))
+        await self._acks_sent(session)  # else the originals would come back too, and be charged
+        if not session.alive or not self._marked:
+            return []  # dropped with its session: the broker hands it out again
+        delivery = self._alone = self._marked.popleft()
+        self._out += 1
+        return [delivery]
+
+    async def _pause(self, session: Session) -> None:
+        """Cancel the consumer with nothing on its way: as at close (see _stop_consuming).
+
+        A quorum queue returns a message it sent as the cancel went, counting a delivery, and
+        that message would then read as a crash redelivery of a marked job. So deliveries made
+        room for by acks, or sent for our own copies or a new subscription, get QUIET first.
+        """
+        session.holding = True
+        try:
+            loop = asyncio.get_running_loop()
+            stirred = max(session.last_ack, self._stirred)
+            await asyncio.sleep(max(0.0, stirred + QUIET - loop.time()))
+            await session.cancel_consumer()
+            for _ in range(3):  # deliveries read before the cancel-ok run as aiormq tasks
+                await asyncio.sleep(0)
+        finally:
+            session.holding = False
+            session.wake.set()  # the acks held meanwhile
+
+    async def _give_back_all(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            with contextlib.suppress(TransportError):
+                await self._give_back(delivery)
+
+    def _done(self, delivery: Delivery) -> None:
+        """``delivery``, handed out, is being settled."""
+        self._out -= 1
+        alone = delivery is self._alone
+        if alone:
+            self._alone = None
+            session: Session = delivery.handle.session
+            if session.alive and not self._closing:
+                self._spawn(self._resume(session))
+        if not self._out and (alone or self._marked):
+            self._wake()
+
+    async def _resume(self, session: Session) -> None:
+        """Consume again after a run alone, once its ack is sent (a crash then is not its own)."""
+        await self._acks_sent(session)
+        if not session.alive or self._closing or session.consumer_tag is not None:
+            return
+        try:
+            await self._subscribe(session)
+        except TransportError as exc:
+            session.end(f"consuming again failed: {describe(exc)}")
+
+    async def _acks_sent(self, session: Session) -> None:
+        """Until every completed tag's ack is sent (the ack loop sends within ack_interval)."""
+        for _ in range(ACK_POLLS):
+            if not (session.alive and session.tracker.waiting):
+                return
+            await asyncio.sleep(self._cfg.ack_interval)
 
     async def ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
+        self._done(delivery)
         handle: Handle = delivery.handle
         if handle.session.alive:
             handle.session.complete(handle.tag)
@@ -145,34 +247,56 @@ class RabbitTransport:
             self.stale += 1
 
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
-        """Publish to the tier for ``delay`` (confirmed), then ack the original."""
+        """Publish to the tier for ``delay`` (confirmed), then ack the original.
+
+        The isolate mark is dropped: the job failed cleanly, it did not crash.
+        """
         job = delivery.job
         tier = self._topology.tier_for(delay)
-        await self._forward(delivery, "", tier or self._queue, {
-            ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
-            "x-jobq-last-error": reason})
+        try:
+            await self._forward(delivery, "", tier or self._queue, {
+                ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
+                "x-jobq-last-error": reason}, drop=(ISOLATE,))
+        finally:
+            self._done(delivery)
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
+        try:
+            await self._bury(delivery, reason)
+        finally:
+            self._done(delivery)
+
+    async def _bury(self, delivery: Delivery, reason: str) -> None:
         job = delivery.job
         await self._forward(delivery, self._topology.dlx, self._queue, {
             ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
             "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
-            "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")})
+            "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
+            drop=(ISOLATE,))
 
     async def release(self, delivery: Delivery) -> None:
-        """Publish back to the work queue with the attempt uncounted (confirmed), then ack."""
+        """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
+
+        An isolate mark stays: the job still has to run alone.
+        """
+        try:
+            await self._give_back(delivery)
+        finally:
+            self._done(delivery)
+
+    async def _give_back(self, delivery: Delivery) -> None:
         await self._forward(delivery, "", self._queue, {ATTEMPT: delivery.job.attempt})
 
     async def _forward(self, delivery: Delivery, exchange: str, routing_key: str,
-                       headers: dict[str, Any]) -> None:
+                       headers: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
         handle: Handle = delivery.handle
         session = handle.session
         if not session.alive:
             self.stale += 1
             return
         raw = handle.message
-        body, props = republish(raw.body, raw.header.properties, headers)
+        body, props = republish(raw.body, raw.header.properties, headers, drop)
         try:
             with translated(f"rabbitmq publish to {routing_key}"):
                 await session.sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
@@ -191,13 +315,13 @@ class RabbitTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         probed = False
-        while not self._arrived:
+        while not self._arrived and not self._marked:
             session = self._session
             if session is None or not session.alive:
                 await self._await_resume(timeout)
                 continue
             await self._sleep(deadline)
-            if self._arrived or loop.time() < deadline:
+            if self._arrived or self._marked or loop.time() < deadline:
                 continue
             # A silent drain probe (--once): if the queue still holds ready messages, give them
             # one more drain_timeout to arrive before the pool believes it is drained.
@@ -250,32 +374,64 @@ class RabbitTransport:
             return
         deliver: Any = message.delivery
         tag: int = deliver.delivery_tag
-        job, problem = decode_message(message.body, message.header.properties,
-                                      redelivered=deliver.redelivered, queue=self._queue,
+        props = message.header.properties
+        job, problem = decode_message(message.body, props, queue=self._queue,
                                       max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}",
                                       limits=self._limits)
         delivery = Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
-        if problem is None and job.attempt > job.max_attempts:
-            self._spawn(self._exhausted(delivery))
-            return
+        if problem is None:
+            if crashed(props, deliver.redelivered):
+                copying = self._spawn(self._copy_forward(delivery, isolated(props)))
+                self._copying.add(copying)
+                copying.add_done_callback(self._copying.discard)
+                return
+            if isolated(props):
+                delivery.isolate = True
+                self._marked.append(delivery)
+                self._wake()
+                return
+            if job.attempt > job.max_attempts:
+                self._spawn(self._exhausted(delivery))
+                return
         self._arrived.append(delivery)
         if self._waiter is not None:
             _resolve(self._waiter)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn_quietly(self, work: Coroutine[Any, Any, None]) -> None:
+        """``_spawn`` without handing the task back (for callbacks whose result is awaited)."""
+        self._spawn(work)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` in the background; close() waits for it."""
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _copy_forward(self, delivery: Delivery, marked: bool) -> None:
+        """A crash redelivery: publish its copy to run alone, or bury it (see rmq crashes)."""
+        job = delivery.job
+        copy = crash_copy(job, isolated=marked)
+        try:
+            if copy.dead is not None:
+                self._log.warning("job %s: %s; dead-lettered", job.id, copy.dead)
+                await self._bury(delivery, copy.dead)
+                return
+            self._log.info("job %s was in flight when a consumer died or lost its channel; "
+                           "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
+                           job.max_attempts, ", that crash counted" if marked else "")
+            await self._forward(delivery, "", self._queue, {ATTEMPT: copy.attempt, ISOLATE: 1})
+            self._stirred = asyncio.get_running_loop().time()
+        except TransportError as exc:
+            self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
 
     async def _exhausted(self, delivery: Delivery) -> None:
-        """Crash redeliveries used up the attempts: dead-letter without running (like a rescue)."""
+        """An attempt header over max_attempts (a foreign producer): dead-letter without running."""
         job = delivery.job
-        reason = (f"lost mid-job on its last attempt: delivered {job.attempt} times, "
-                  f"max_attempts {job.max_attempts} (the consumer crashed or was killed each time)")
+        reason = f"attempt {job.attempt} is over max_attempts {job.max_attempts} (header {ATTEMPT})"
         self._log.warning("job %s: %s; dead-lettered", job.id, reason)
         try:
-            await self.dead_letter(delivery, reason)
+            await self._bury(delivery, reason)
         except TransportError as exc:
             self._log.error("could not dead-letter job %s (%s)", job.id, describe(exc))
 
@@ -297,10 +453,11 @@ class RabbitTransport:
         session = Session(link.generation, consume, raw, publish, sender,
                           ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 2), logger=self._log)
-        # aiormq awaits this callback inside the channel's frame reader: anything that waits
-        # for a reply on the channel must run as a task, or it waits for itself.
-        raw.on_consumer_cancel_callbacks.add(
-            lambda _frame: self._spawn(self._resubscribe(session)))
+        # aiormq awaits this callback inside the channel's frame reader (and awaits what it
+        # returns): anything that waits for a reply on the channel must run as a task it is
+        # not given, or it waits for itself.
+        raw.on_consumer_cancel_callbacks.add(lambda _frame: self._spawn_quietly(
+            self._resubscribe(session)))
         try:
             await self._subscribe(session)
         except BaseException:
@@ -316,6 +473,7 @@ class RabbitTransport:
             ok = await session.raw.basic_consume(self._queue,
                                                  functools.partial(self._on_message, session))
         session.consumer_tag = ok.consumer_tag
+        self._stirred = asyncio.get_running_loop().time()
 
     async def _resubscribe(self, session: Session) -> None:
         """The broker cancelled our consumer (queue deleted, leader moved): consume again."""
@@ -341,6 +499,7 @@ class RabbitTransport:
                               len(self._arrived))
             self._resumed.clear()
             self._arrived.clear()
+            self._marked.clear()
             self._wake()
             await session.close()
             async for attempt in backoff.attempts():

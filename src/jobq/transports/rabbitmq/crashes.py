@@ -1,0 +1,39 @@
+"""What becomes of a crash redelivery: a copy to run alone, its attempt counted only if it ran alone.
+
+A message the broker hands out again (``redelivered``, or ``x-delivery-count`` > 0 on quorum
+queues) was in flight when a consumer died or lost its channel. Which of that consumer's jobs
+caused it cannot be told, so the redelivery never runs: the consumer publishes a copy marked
+``x-jobq-isolate`` back to the work queue and acks the original. A copy is run with nothing
+else in flight (``Delivery.isolate``), so if its consumer dies again the crash is its own.
+
+- not marked: the crashed run may never have started; the copy keeps the attempt it had.
+- marked (it ran alone, or was about to): the crash counts; attempt + 1, or dead when that
+  exceeds ``max_attempts``.
+
+See docs/architecture.md, "Crashes".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobq.job import Job
+
+
+@dataclass(frozen=True, slots=True)
+class CrashCopy:
+    """The copy to publish (its ``x-jobq-attempt``), or, with ``dead`` set, the reason to bury it."""
+
+    attempt: int
+    dead: str | None = None
+
+
+def crash_copy(job: Job, *, isolated: bool) -> CrashCopy:
+    """What to publish for ``job``, redelivered after a crash; ``isolated``: it was marked."""
+    if not isolated:
+        return CrashCopy(job.attempt)  # refunded: the crash cannot be attributed to it
+    if job.attempt + 1 > job.max_attempts:
+        return CrashCopy(job.attempt, dead=(
+            f"lost mid-job: killed its consumer while running alone on attempt {job.attempt} "
+            f"of {job.max_attempts} (each crash of a run alone counts an attempt)"))
+    return CrashCopy(job.attempt + 1)
