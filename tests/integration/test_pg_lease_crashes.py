@@ -86,7 +86,8 @@ def lease_transport(pool: Any, schema: str, queue: str, **settings: Any) -> Post
 async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_dropped(
         pg_dsn: str, schema: str, queue_name: str) -> None:
     produce(schema, queue_name, 1)
-    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("test.lease"))
+    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("test.lease"),
+                           network_timeout=PostgresConfig().network_deadline)
     t = lease_transport(pool, schema, queue_name, lease=1.0, heartbeat=0.2, rescue_interval=100)
     try:
         await t.open()
@@ -125,7 +126,8 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
 async def test_a_nul_or_a_lone_surrogate_in_a_reason_is_stored_without_it(
         pg_dsn: str, schema: str, queue_name: str) -> None:
     produce(schema, queue_name, 2, "--max-attempts", "1")
-    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("test.lease"))
+    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("test.lease"),
+                           network_timeout=PostgresConfig().network_deadline)
     t = lease_transport(pool, schema, queue_name)
     try:
         await t.open()
