@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from jobq.transports.postgres.claims import GRACE, ClaimStatement, Sweep
+from jobq.transports.postgres.held import pairs
 from jobq.transports.postgres.sql import Queries
 from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.integration.test_postgres import produce, status_counts
@@ -270,7 +271,6 @@ def test_picks_and_heartbeats_are_hot_updates(pg_dsn: str, schema: str, queue_na
         conn.commit()
         before = conn.execute(hot).fetchall()[0]
         conn.execute(Queries(schema)["heartbeat"],
-                     {"ids": [int(r[0]) for r in running], "tokens": ["w"] * len(running),
-                      "lease": 60.0})
+                     {**pairs([(int(r[0]), "w") for r in running]), "lease": 60.0})
         after = conn.execute(hot).fetchall()[0]
     assert (after[0] - before[0], after[1] - before[1]) == (5, 5)

@@ -33,11 +33,16 @@ class FakeServer:
         if name == "claim":
             return [(i, "k", {}, {}, 1, 5, None) for i in range(1, params["limit"] + 1)]
         if name == "heartbeat":  # every lease still held, as the server answers
-            return list(zip(params["ids"], params["tokens"], strict=True))
+            return list(zip(split_ids(params["ids"]), params["tokens"].split(","), strict=True))
         return []
 
     def ids_of(self, name: str) -> list[list[int]]:
-        return [list(p.get("ids", [p.get("id")])) for n, p in self.calls if n == name]
+        return [split_ids(p["ids"]) if "ids" in p else [p["id"]] for n, p in self.calls if n == name]
+
+
+def split_ids(ids: str) -> list[int]:
+    """The ids of a fenced statement's parameters (comma-separated text, see held.pairs)."""
+    return [int(i) for i in ids.split(",")] if ids else []
 
 
 def transport(server: FakeServer, **settings: Any) -> PostgresTransport:

@@ -65,13 +65,13 @@ RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_atte
 -- against locked_by, the claim's token): a job whose lease expired was rescued and may be
 -- running in another consumer now, or again in this one under a newer claim; its outcome is
 -- that claim's to write. So are retry's, dead's and release's. RETURNING tells which were
--- still held.
+-- still held. The pairs arrive as two comma-separated texts (held.pairs says why), split here.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
 UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), locked_until = NULL
-  FROM async_commit, unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+  FROM async_commit, unnest(string_to_array(%(ids)s, ',')::bigint[], string_to_array(%(tokens)s, ',')) AS t(id, token)
  WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
 RETURNING j.id, j.locked_by;
 
@@ -104,7 +104,7 @@ WITH released AS (
     UPDATE {jobs} AS j
        SET status = 'pending', attempts = greatest(j.attempts - 1, 0),
            locked_until = NULL, locked_by = NULL
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+      FROM unnest(string_to_array(%(ids)s, ',')::bigint[], string_to_array(%(tokens)s, ',')) AS t(id, token)
      WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
     RETURNING j.queue
 )
@@ -118,7 +118,7 @@ SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) 
 -- It changes locked_until only, no indexed column: a HOT update (migration 3).
 UPDATE {jobs} AS j
    SET locked_until = now() + make_interval(secs => %(lease)s)
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+  FROM unnest(string_to_array(%(ids)s, ',')::bigint[], string_to_array(%(tokens)s, ',')) AS t(id, token)
  WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
 RETURNING j.id, j.locked_by;
 
