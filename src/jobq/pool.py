@@ -28,6 +28,8 @@ from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 
 _STOP = None  # the sentinel a worker reads as "no more work"
+# At shutdown, how long handing back the unstarted may take (at most shutdown_timeout).
+RELEASE_TIMEOUT = 10.0
 STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends by then or is cut)
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
@@ -309,19 +311,35 @@ class WorkerPool:
         return self._transport.drain_timeout if idle else min(self._poll_timeout, 0.05)
 
     async def _release_unstarted(self) -> None:
-        """Hand back what was received but never started; its attempt does not count."""
+        """Hand back what was received but never started; its attempt does not count.
+
+        All at once (a transport may write them in one statement) and within RELEASE_TIMEOUT:
+        with the server gone, what is not handed back by then returns by itself (its lease
+        expires, its channel closes), and shutdown goes on.
+        """
         unstarted = [d for d in (self._queue.get_nowait() for _ in range(self._queue.qsize()))
                      if d is not None]
         unstarted += self._isolated
         self._isolated.clear()
-        for delivery in unstarted:
-            try:
-                await self._transport.release(delivery)
-            except TransportError as exc:
-                self._log.warning("could not release job %s (%s); it returns when its lease "
-                                  "expires", delivery.job.id, describe(exc))
-            self._outstanding -= 1
-            self.stats.released += 1
+        if not unstarted:
+            return
+        limit = min(RELEASE_TIMEOUT, self._shutdown_timeout)
+        releases = [asyncio.ensure_future(self._transport.release(d)) for d in unstarted]
+        _, pending = await asyncio.wait(releases, timeout=limit)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        failed = [(d, t) for d, t in zip(unstarted, releases, strict=True)
+                  if t in pending or t.exception() is not None]
+        self._outstanding -= len(unstarted)
+        self.stats.released += len(unstarted) - len(failed)
+        if failed:
+            first = failed[0][1]
+            error = None if first in pending else first.exception()
+            why = describe(error) if error is not None else f"no answer within {limit:g}s"
+            self._log.warning("could not release %d unstarted jobs (%s: %s); they return when "
+                              "their lease expires or their channel closes", len(failed),
+                              failed[0][0].job.id, why)
         if self.stats.released:
             self._log.info("released %d unstarted jobs", self.stats.released)
 

@@ -63,6 +63,8 @@ class PostgresTransport:
         self._log = logger or logging.getLogger("jobq.postgres")
         self._worker = consumer_id()
         self._wake = asyncio.Event()
+        self._releasing: list[Lease] = []  # releases waiting for the statement that writes them
+        self._released: asyncio.Future[None] | None = None  # the batch's statement, written
         self._claims = itertools.count(1)  # numbers this consumer's claims: their tokens
         self._held = Held()  # claimed by us and not yet settled in the database (or lost)
         self._acks: list[Lease] = []
@@ -168,15 +170,35 @@ class PostgresTransport:
         await self._settle_one("dead", delivery, {"reason": storable(reason)})
 
     async def release(self, delivery: Delivery) -> None:
-        """Back to pending at once, attempt not counted, other consumers woken."""
+        """Back to pending at once, attempt not counted, other consumers woken.
+
+        Releases made together (the pool hands back all its unstarted jobs at once at
+        shutdown) share one statement: the first waits a loop iteration for the others.
+        """
         lease: Lease = delivery.handle
         if not self._held.holds(lease):
             return  # rescued already: pending again, or another claim's
         self._held.settling(lease)
+        batch = self._releasing
+        batch.append(lease)
+        if len(batch) > 1:  # the first of the batch writes it
+            assert self._released is not None
+            await asyncio.shield(self._released)
+            return
+        self._released = released = asyncio.get_running_loop().create_future()
         try:
-            await self._run("release", {**pairs([lease]), "channel": self._q.channel})
+            await asyncio.sleep(0)
+            self._releasing = []
+            await self._run("release", {**pairs(batch), "channel": self._q.channel})
+        except BaseException as exc:
+            released.set_exception(exc if isinstance(exc, TransportError)
+                                   else TransportError(f"postgres release: {describe(exc)}"))
+            released.exception()  # retrieved: no "never retrieved" warning without followers
+            raise
+        else:
+            released.set_result(None)
         finally:
-            self._held.let_go([lease])
+            self._held.let_go(batch)
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
         lease: Lease = delivery.handle
