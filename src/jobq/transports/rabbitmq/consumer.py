@@ -49,6 +49,7 @@ from jobq.transports.rabbitmq.topology import Topology
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 ACK_POLLS = 50  # around a run alone: ack_intervals to wait for owed acks to be sent
+WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -301,6 +302,12 @@ class RabbitTransport:
             with translated(f"rabbitmq publish to {routing_key}"):
                 await session.sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
                                                    properties=props, mandatory=True)
+        except ConnectionLost as exc:
+            # The channel or connection is gone, whether or not its close callback has run
+            # yet: end the session now so the supervisor reconnects (the broker redelivers
+            # the original with the rest of the session's deliveries).
+            session.end(f"publish failed: {describe(exc)}")
+            raise
         except TransportError:
             # Not forwarded: give the original back now rather than pinning a prefetch slot;
             # the broker counts that delivery, as it would after a crash.
@@ -493,7 +500,7 @@ class RabbitTransport:
         while True:
             session = self._session
             assert session is not None
-            await session.lost.wait()
+            await self._until_lost(session)
             self._log.warning("lost the RabbitMQ session (%s); %d buffered deliveries dropped "
                               "(the broker redelivers them); reconnecting", session.reason,
                               len(self._arrived))
@@ -508,7 +515,20 @@ class RabbitTransport:
                         await self._link.reopen()
                     await self._start_session()
                     break
-                except (TransportError, ConfigError) as exc:
+                except Exception as exc:  # whatever it is, the supervisor must go on reconnecting
                     self._log.warning("could not resume consuming (%s); retrying in %.1fs",
                                       describe(exc), attempt.delay)
             self.reconnects += 1
+
+    async def _until_lost(self, session: Session) -> None:
+        """Until the session ends, or its channels or connection turn out closed.
+
+        The close callbacks normally end it; the look every WATCH seconds is for a loss
+        nothing reported (a callback that never ran), so no loss goes unnoticed for long.
+        """
+        while not session.lost.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WATCH):
+                    await session.lost.wait()
+            if session.broken() or not self._link.is_open:
+                session.end(session.reason or "channel or connection found closed")
