@@ -146,6 +146,9 @@ class RabbitConfig:
     # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.
     delivery_limit: int = 20  # 0: no limit
     ack_interval: float = 0.01
+    # Every basic.publish (the producer's, the consumer's copies) waits this long for its
+    # confirm, then fails: a broker that blocks publishing (a resource alarm) or a dark link.
+    publish_timeout: float = 10.0
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
     @property
@@ -225,6 +228,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
     "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
+    "rabbitmq.publish_timeout": (lambda v: v > 0, "> 0 (seconds)"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),

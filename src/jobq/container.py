@@ -108,12 +108,17 @@ def rmq_prefetch(settings: Settings) -> int:
                                           + settings.consumer.buffer_size)
 
 
-async def rmq_link(settings: Settings, logger: logging.Logger) -> AsyncIterator[RabbitLink]:
-    """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown."""
+async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
+                   ) -> AsyncIterator[RabbitLink]:
+    """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown.
+
+    ``role`` names a second connection of the process (the consumer's copies) in its
+    connection_name, after the queue.
+    """
     from jobq.transports.rabbitmq.connect import RabbitLink
 
-    link = RabbitLink(settings.rabbitmq.connect_url, settings.connect, role=settings.queue,
-                      logger=logger)
+    link = RabbitLink(settings.rabbitmq.connect_url, settings.connect,
+                      role=f"{settings.queue} {role}".strip(), logger=logger)
     try:  # an open cancelled at start-up (SIGTERM) closes what it had opened too
         await link.open()
         yield link
@@ -136,7 +141,14 @@ class Container(containers.DeclarativeContainer):
     pg_pool = providers.Resource(pg_pool, settings=settings, logger=logger)
     rmq_link = providers.Resource(rmq_link, settings=settings,
                                   logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"))
+    # The consumer's copies publish on a connection of their own: a broker that blocks
+    # publishing (a resource alarm) then never blocks the consuming connection and its acks.
+    rmq_copies_link = providers.Resource(rmq_link, settings=settings, role="copies",
+                                         logger=providers.Callable(logging.getLogger,
+                                                                   "jobq.rabbitmq"))
     backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link)
+    transport_links = providers.Selector(cfg.transport, postgres=providers.Object(None),
+                                         rabbitmq=rmq_copies_link)
 
     transport = providers.Selector(
         cfg.transport,
@@ -159,6 +171,7 @@ class Container(containers.DeclarativeContainer):
             link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
             logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
+            publish_link=rmq_copies_link,
         ),
     )
     publisher = providers.Selector(
@@ -228,6 +241,7 @@ async def connect(container: Container) -> None:
 async def get_transport(container: Container) -> Transport:
     """The configured transport (not yet opened)."""
     await connect(container)
+    await resolve(container.transport_links())  # opened here, for the reason given in connect
     transport: Transport = await resolve(container.transport())
     return transport
 
@@ -249,6 +263,7 @@ async def get_admin(container: Container) -> Admin:
 async def get_worker_pool(container: Container) -> WorkerPool:
     """The worker pool over the configured transport."""
     await connect(container)
+    await resolve(container.transport_links())
     pool: WorkerPool = await resolve(container.worker_pool())
     return pool
 

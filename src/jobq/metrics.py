@@ -147,6 +147,11 @@ class Metrics:
         self._in_flight.set_function(lambda: pool.in_flight)
         self._buffered.set_function(lambda: pool.buffered)
         self.registry.register(_TransportCounters(transport, self._values))
+        if hasattr(transport, "blocked"):  # RabbitMQ: connection.blocked by a resource alarm
+            Gauge("jobq_broker_blocked", "1 while the broker blocks this consumer's publishing "
+                  "connection (a memory or disk alarm).", ("transport", "queue"),
+                  registry=self.registry).labels(*self._values).set_function(
+                lambda: float(bool(getattr(transport, "blocked", False))))
 
     def depth(self, data: Depth) -> None:
         """Record an ``admin.depth()`` answer.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
+from typing import Any
 from urllib.parse import urlsplit
 
 import aio_pika
@@ -17,6 +20,8 @@ from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
 from jobq.errors import ConnectionLost
 from jobq.transports import common
+
+CLOSE_TIMEOUT = 2.0  # a connection.close that gets no answer is given up on
 
 # What "the link to the broker broke" looks like from aio-pika and aiormq.
 LINK_ERRORS: tuple[type[BaseException], ...] = (
@@ -67,6 +72,9 @@ class RabbitLink:
         self._lost = False  # the broker or the network closed the current connection
         self.address = server_address(url)
         self.generation = 0
+        self.blocked = False  # the broker sent connection.blocked (a resource alarm)
+        self.unblocked = asyncio.Event()  # set while not blocked
+        self.unblocked.set()
 
     @property
     def connect_config(self) -> ConnectConfig:
@@ -102,7 +110,9 @@ class RabbitLink:
                 continue
             self._conn = conn
             self._lost = False
+            self._set_blocked(False, "")
             conn.close_callbacks.add(self._on_close)
+            self._watch_blocking(conn)
             self.generation += 1
             self._log.info("connected to RabbitMQ at %s", self.address)
             return
@@ -120,15 +130,60 @@ class RabbitLink:
             return await self._conn.channel(publisher_confirms=confirms, on_return_raises=confirms)
 
     async def close(self) -> None:
-        """Close the connection; errors on the way out are of no interest."""
+        """Close the connection; errors on the way out are of no interest.
+
+        At most CLOSE_TIMEOUT: a dark link answers no connection.close, and the socket is
+        dropped anyway.
+        """
         conn, self._conn = self._conn, None
+        self._set_blocked(False, "")
         if conn is not None and not conn.is_closed:
             with contextlib.suppress(Exception):
-                await conn.close()
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await conn.close()
 
     def _on_close(self, sender: object, _exc: BaseException | None) -> None:
         if sender is self._conn:
             self._lost = True
+            self._set_blocked(False, "")
+
+    def _watch_blocking(self, conn: AbstractConnection) -> None:
+        """Hear connection.blocked/unblocked: aiormq handles them but offers no callback.
+
+        Its handlers are private methods looked up on the instance for every frame, so each
+        is wrapped per connection (and left alone, with blocking unreported, if missing).
+        """
+        raw: Any = getattr(conn.transport, "connection", None)
+        prefix = "_Connection__handle_connection_"
+        for what, blocked in (("blocked", True), ("unblocked", False)):
+            handler: Callable[[Any], Awaitable[None]] | None = getattr(raw, prefix + what, None)
+            if handler is None:
+                self._log.debug("aiormq has no %s handler: blocking is not reported", what)
+                return
+            setattr(raw, prefix + what, self._hearing(handler, blocked, conn))
+
+    def _hearing(self, handler: Callable[[Any], Awaitable[None]], blocked: bool,
+                 conn: AbstractConnection) -> Callable[[Any], Awaitable[None]]:
+        async def heard(frame: Any) -> None:
+            if conn is self._conn:
+                self._set_blocked(blocked, str(getattr(frame, "reason", "") or ""))
+            await handler(frame)
+        return heard
+
+    def _set_blocked(self, blocked: bool, reason: str) -> None:
+        if blocked == self.blocked:
+            return
+        self.blocked = blocked
+        if blocked:
+            self.unblocked.clear()
+            self._log.warning("RabbitMQ at %s blocks publishing on the %s connection (%s): "
+                              "publishes wait for their confirm up to rabbitmq.publish_timeout",
+                              self.address, self._role, reason or "a resource alarm")
+        else:
+            self.unblocked.set()
+            if self._conn is not None and not self._lost:
+                self._log.warning("RabbitMQ at %s unblocked publishing on the %s connection",
+                                  self.address, self._role)
 
     def _name(self) -> str:
         return f"jobq {self._role} {socket.gethostname()}:{os.getpid()}"

@@ -42,6 +42,7 @@ from jobq.job import Delivery
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.copies import Copier
 from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.topology import Topology
@@ -49,6 +50,7 @@ from jobq.transports.rabbitmq.topology import Topology
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 ACK_POLLS = 50  # around a run alone: ack_intervals to wait for owed acks to be sent
+WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -66,8 +68,12 @@ class RabbitTransport:
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str, prefetch: int,
                  max_attempts: int, logger: logging.Logger | None = None,
-                 limits: LimitsConfig | None = None) -> None:
+                 limits: LimitsConfig | None = None, publish_link: RabbitLink | None = None
+                 ) -> None:
         self._link = link
+        # The copies' connection (see copies.py); the consuming one if none is given (tests).
+        self._publish_link = publish_link or link
+        self._copier = Copier(self._publish_link, settings.publish_timeout)
         self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._queue = queue
@@ -94,6 +100,11 @@ class RabbitTransport:
     def connected(self) -> bool:
         """True while a session is consuming; False from a lost one until it resumes."""
         return self._resumed.is_set()
+
+    @property
+    def blocked(self) -> bool:
+        """True while the broker blocks the copies' connection (exported as jobq_broker_blocked)."""
+        return self._publish_link.blocked
 
     def counters(self) -> dict[str, int]:
         """Stale settles and reconnects (exported as metrics)."""
@@ -286,10 +297,14 @@ class RabbitTransport:
             self._done(delivery)
 
     async def _give_back(self, delivery: Delivery) -> None:
-        await self._forward(delivery, "", self._queue, {ATTEMPT: delivery.job.attempt})
+        # A release does not wait for a broker that takes no publishes: one release waiting
+        # out rabbitmq.publish_timeout is enough to know (shutdown releases them one by one).
+        await self._forward(delivery, "", self._queue, {ATTEMPT: delivery.job.attempt},
+                            patient=False)
 
     async def _forward(self, delivery: Delivery, exchange: str, routing_key: str,
-                       headers: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
+                       headers: dict[str, Any], drop: tuple[str, ...] = (), *,
+                       patient: bool = True) -> None:
         handle: Handle = delivery.handle
         session = handle.session
         if not session.alive:
@@ -297,10 +312,18 @@ class RabbitTransport:
             return
         raw = handle.message
         body, props = republish(raw.body, raw.header.properties, headers, drop)
+        copier = self._copier
         try:
-            with translated(f"rabbitmq publish to {routing_key}"):
-                await session.sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
-                                                   properties=props, mandatory=True)
+            if not patient and copier.failing:
+                copier.refuse(routing_key)
+            await copier.send(session.sender, body, props, exchange=exchange,
+                              routing_key=routing_key)
+        except ConnectionLost as exc:
+            # The channel or connection is gone, whether or not its close callback has run
+            # yet: end the session now so the supervisor reconnects (the broker redelivers
+            # the original with the rest of the session's deliveries).
+            session.end(f"publish failed: {describe(exc)}")
+            raise
         except TransportError:
             # Not forwarded: give the original back now rather than pinning a prefetch slot;
             # the broker counts that delivery, as it would after a crash.
@@ -363,9 +386,11 @@ class RabbitTransport:
 
     async def _ready_count(self, session: Session) -> int:
         try:
+            # On the consuming connection: a blocked one reads nothing, not even a declare.
             with translated("rabbitmq queue depth"):
-                queue = await session.publish.declare_queue(self._queue, passive=True)
-        except TransportError:
+                async with asyncio.timeout(self._cfg.publish_timeout):
+                    queue = await session.consume.declare_queue(self._queue, passive=True)
+        except (TransportError, TimeoutError):
             return 1  # cannot tell: not drained as far as we know
         return int(queue.declaration_result.message_count or 0)
 
@@ -443,7 +468,7 @@ class RabbitTransport:
             with translated("rabbitmq declare"):
                 await topology.declare(consume)
                 await consume.set_qos(prefetch_count=self._prefetch)
-                publish = await link.channel(confirms=True)
+                publish = await self._publish_link.channel(confirms=True)
                 sender = await publish.get_underlay_channel()
                 raw = await consume.get_underlay_channel()
         except BaseException:
@@ -493,7 +518,7 @@ class RabbitTransport:
         while True:
             session = self._session
             assert session is not None
-            await session.lost.wait()
+            await self._until_lost(session)
             self._log.warning("lost the RabbitMQ session (%s); %d buffered deliveries dropped "
                               "(the broker redelivers them); reconnecting", session.reason,
                               len(self._arrived))
@@ -504,11 +529,25 @@ class RabbitTransport:
             await session.close()
             async for attempt in backoff.attempts():
                 try:
-                    if not self._link.is_open or attempt.number > 1:
-                        await self._link.reopen()
+                    for link in dict.fromkeys((self._link, self._publish_link)):
+                        if not link.is_open or attempt.number > 1:
+                            await link.reopen()
                     await self._start_session()
                     break
-                except (TransportError, ConfigError) as exc:
+                except Exception as exc:  # whatever it is, the supervisor must go on reconnecting
                     self._log.warning("could not resume consuming (%s); retrying in %.1fs",
                                       describe(exc), attempt.delay)
             self.reconnects += 1
+
+    async def _until_lost(self, session: Session) -> None:
+        """Until the session ends, or its channels or connection turn out closed.
+
+        The close callbacks normally end it; the look every WATCH seconds is for a loss
+        nothing reported (a callback that never ran), so no loss goes unnoticed for long.
+        """
+        while not session.lost.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WATCH):
+                    await session.lost.wait()
+            if session.broken() or not (self._link.is_open and self._publish_link.is_open):
+                session.end(session.reason or "channel or connection found closed")

@@ -8,24 +8,31 @@ Every job is checked against the limits before anything is published. With
 ``limits.max_pending`` the work queue refuses publishes once full (x-max-length,
 reject-publish): the refused messages are published again, with backoff, until they are
 confirmed or the timeout passes; then QueueFull, carrying the ids that were accepted.
+
+A cut connection is ridden out within the same timeout (see ``enqueue_many``); every publish
+waits at most ``rabbitmq.publish_timeout`` for its confirm, and nothing is sent while the
+broker blocks publishing (connection.blocked: a memory or disk alarm).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiormq
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 
-from jobq.backoff import QUEUE_FULL_BACKOFF
+from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import ConnectionLost, QueueFull, TransportError
+from jobq.errors import ConnectionLost, JobqError, OutcomeUnknown, QueueFull, TransportError, describe
 from jobq.transport import NewJob
 from jobq.transports.rabbitmq.codec import Outgoing, encode_job, new_job_id
-from jobq.transports.rabbitmq.connect import RabbitLink, describe_amqp, translated
+from jobq.transports.rabbitmq.connect import LINK_ERRORS, RabbitLink, describe_amqp, translated
 from jobq.transports.rabbitmq.topology import Topology
 
 WINDOW = 2000  # publishes awaiting their confirm at once
@@ -70,36 +77,89 @@ class RabbitPublisher:
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
                            timeout: float | None = None) -> list[str]:
-        """Publish jobs with up to WINDOW confirms outstanding; return their ids in order."""
+        """Publish jobs with up to WINDOW confirms outstanding; return their ids in order.
+
+        Within ``limits.enqueue_timeout``: a publish that surely never reached the broker (no
+        connection, a closed channel) is sent again on a fresh channel with backoff, and one
+        a full queue refused is sent again too. A publish sent whose confirm was lost is not
+        (the broker may have it): the call ends in ``OutcomeUnknown`` naming those ids.
+        """
         queue = queue or self._queue
         messages = [encode_job(job, job_id=new_job_id(), max_attempts=self._max_attempts,
                                limits=self._limits) for job in jobs]
         ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
-        deadline = asyncio.get_running_loop().time() + wait
-        waiting = list(range(len(jobs)))
-        async for _ in QUEUE_FULL_BACKOFF.attempts(until=deadline):
-            waiting = await self._publish(queue, jobs, messages, waiting)  # those refused
-            if not waiting:
-                return ids
-        taken = set(range(len(jobs))) - set(waiting)
-        raise QueueFull(
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        waiting, maybe = list(range(len(jobs))), []
+        tries = _Tries(Backoff.from_connect(self._link.connect_config))
+        last = _Round()
+        while waiting:
+            last = await self._round(queue, jobs, messages, waiting, deadline)
+            maybe += last.maybe
+            waiting = sorted(last.refused + last.unsent)
+            left = deadline - loop.time()
+            if not waiting or left <= 0:
+                break
+            await asyncio.sleep(min(left, tries.delay(bool(last.unsent))))
+        if not waiting and not maybe:
+            return ids
+        raise self._unfinished(queue, ids, waiting, maybe, last, wait)
+
+    def _unfinished(self, queue: str, ids: list[str], waiting: list[int], maybe: list[int],
+                    last: _Round, wait: float) -> JobqError:
+        """The error for a call that ran out of time, or whose outcome is partly unknown."""
+        accepted = tuple(ids[i] for i in range(len(ids)) if i not in set(waiting) | set(maybe))
+        if maybe:
+            unsent = (f"; {len(waiting)} more were not enqueued" if waiting else "")
+            return OutcomeUnknown(
+                f"rabbitmq publish to {queue!r}: {len(maybe)} jobs may or may not be enqueued "
+                f"(sent, but the confirm was lost: {last.cause or 'connection lost'}){unsent}; "
+                f"enqueueing them again may run them twice", accepted=accepted,
+                maybe=tuple(ids[i] for i in maybe))
+        if last.unsent:
+            return ConnectionLost(f"rabbitmq publish to {queue!r}: {len(waiting)} jobs not "
+                                  f"enqueued within {wait:g}s (limits.enqueue_timeout): "
+                                  f"{last.cause}")
+        return QueueFull(
             f"queue {queue!r} is full: {self._limits.max_pending} jobs ready "
             f"(limits.max_pending), no room for {len(waiting)} more within {wait:g}s",
-            accepted=tuple(ids[i] for i in sorted(taken)))
+            accepted=accepted)
 
-    async def _publish(self, queue: str, jobs: Sequence[NewJob],
-                       messages: Sequence[Outgoing],
-                       which: list[int]) -> list[int]:
-        """Publish ``messages[i] for i in which``; return those a full queue refused.
+    async def _round(self, queue: str, jobs: Sequence[NewJob], messages: Sequence[Outgoing],
+                     which: list[int], deadline: float) -> _Round:
+        """One try at ``which``: nothing is sent while the broker blocks publishing."""
+        if self._link.blocked:
+            left = deadline - asyncio.get_running_loop().time()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, left)):
+                    await self._link.unblocked.wait()
+        if self._link.blocked:
+            return _Round(unsent=which, cause=f"RabbitMQ at {self._link.address} blocks "
+                          "publishing (a resource alarm: memory or disk)")
+        try:
+            async with asyncio.timeout(self._cfg.publish_timeout):
+                raw = await self._ready(queue)
+        except ConnectionLost as exc:
+            self._channel = None  # reopened on the next try
+            return _Round(unsent=which, cause=describe(exc))
+        except TimeoutError:
+            self._channel = None
+            return _Round(unsent=which, cause=f"no answer from RabbitMQ within "
+                          f"{self._cfg.publish_timeout:g}s (rabbitmq.publish_timeout)")
+        return await self._publish(raw, queue, jobs, messages, which)
+
+    async def _publish(self, raw: RawChannel, queue: str, jobs: Sequence[NewJob],
+                       messages: Sequence[Outgoing], which: list[int]) -> _Round:
+        """Publish ``messages[i] for i in which``; sort out what was confirmed and what not.
 
         On the aiormq channel under aio-pika's (as the consumer does): the aio-pika layer costs
         a Message object per job and adds nothing a publish with confirms needs. A single job
         (``producer --rate`` sends each job when it is due) skips the gather's task.
         """
-        raw = await self._ready(queue)
         topology = self.topology(queue)
-        refused: list[int] = []
+        done = _Round()
+        timeout = self._cfg.publish_timeout
         for start in range(0, len(which), WINDOW):
             sends = []
             for i in which[start:start + WINDOW]:
@@ -107,30 +167,42 @@ class RabbitPublisher:
                 exchange, key = ("", tier) if tier else (self._cfg.exchange, queue)
                 body, props = messages[i]
                 sends.append(raw.basic_publish(body, exchange=exchange, routing_key=key,
-                                               properties=props, mandatory=True))
-            results: list[object]
-            if len(sends) == 1:
-                try:
-                    results = [await sends[0]]
-                except Exception as exc:
-                    results = [exc]
-            else:
-                results = await asyncio.gather(*sends, return_exceptions=True)
+                                               properties=props, mandatory=True, timeout=timeout))
+            results = await _gathered(sends)
             for i, result in zip(which[start:start + WINDOW], results, strict=True):
-                if not isinstance(result, BaseException):
-                    continue
-                if (self._limits.max_pending and isinstance(result, aiormq.exceptions.DeliveryError)
-                        and not isinstance(result, aiormq.exceptions.PublishError)):
-                    refused.append(i)  # a negative confirm: the queue is at x-max-length
-                else:
-                    raise self._explain(result, queue) from result
-        return refused
+                if isinstance(result, BaseException):
+                    self._sort(done, i, result, queue)
+        if done.unsent or done.maybe:
+            self._channel = None  # a fresh channel (and connection, if need be) for the next try
+        return done
+
+    def _sort(self, done: _Round, i: int, exc: BaseException, queue: str) -> None:
+        """File a failed publish: refused, never sent, maybe sent; or raise what is final."""
+        if (self._limits.max_pending and isinstance(exc, aiormq.exceptions.DeliveryError)
+                and not isinstance(exc, aiormq.exceptions.PublishError)):
+            done.refused.append(i)  # a negative confirm: the queue is at x-max-length
+        elif isinstance(exc, aiormq.exceptions.ChannelInvalidStateError):
+            done.unsent.append(i)  # rejected before a frame was written: surely not enqueued
+            done.cause = describe_amqp(exc)
+        elif isinstance(exc, (TimeoutError, asyncio.CancelledError, *LINK_ERRORS)):
+            done.maybe.append(i)
+            done.cause = (f"no confirm within {self._cfg.publish_timeout:g}s "
+                          f"(rabbitmq.publish_timeout)" if isinstance(exc, TimeoutError)
+                          else describe_amqp(exc))
+            if self._link.blocked:
+                done.cause += ", the broker blocks publishing (a resource alarm)"
+        else:
+            raise self._explain(exc, queue) from exc
 
     async def _ready(self, queue: str) -> RawChannel:
-        """The channel to publish on, connecting and declaring ``queue`` first if needed."""
+        """The channel to publish on, connecting and declaring ``queue`` first if needed.
+
+        One connection attempt per call: the caller retries within its own deadline.
+        """
         if self._channel is None or self._channel.is_closed or self._raw is None:
             if not self._link.is_open:
-                await self._link.open()
+                await self._link.close()
+                await self._link.open(attempts=1)
             self._channel = await self._link.channel(confirms=True)
             with translated("rabbitmq open channel"):
                 self._raw = await self._channel.get_underlay_channel()
@@ -154,3 +226,44 @@ class RabbitPublisher:
         if isinstance(exc, TransportError):
             return exc
         raise exc
+
+
+@dataclass
+class _Round:
+    """How one try went: indices refused (queue full), never sent, or sent without a confirm."""
+
+    refused: list[int] = field(default_factory=list)
+    unsent: list[int] = field(default_factory=list)
+    maybe: list[int] = field(default_factory=list)
+    cause: str = ""
+
+
+class _Tries:
+    """Backoff between tries: the connect backoff after a lost link, a brisk one for a full queue."""
+
+    def __init__(self, lost: Backoff) -> None:
+        self._lost = lost
+        self._lost_tries = 0
+        self._full_tries = 0
+
+    def delay(self, lost: bool) -> float:
+        if lost:
+            self._lost_tries += 1
+            return self._lost.delay(self._lost_tries)
+        self._full_tries += 1
+        return QUEUE_FULL_BACKOFF.delay(self._full_tries)
+
+
+async def _gathered(sends: Sequence[Coroutine[Any, Any, object]]) -> list[object]:
+    """Each send's result or exception (a confirm cancelled by a closing channel included)."""
+    if len(sends) != 1:
+        return await asyncio.gather(*sends, return_exceptions=True)
+    try:
+        return [await sends[0]]
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # we are being cancelled, not the confirm
+        return [exc]
+    except Exception as exc:
+        return [exc]

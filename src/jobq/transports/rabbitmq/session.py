@@ -22,6 +22,7 @@ from jobq.transports.rabbitmq.acks import AckTracker
 from jobq.transports.rabbitmq.connect import LINK_ERRORS, describe_amqp
 
 CANCEL_TIMEOUT = 5.0  # a broker that does not answer a basic.cancel is treated as lost
+CLOSE_TIMEOUT = 2.0  # a channel or connection whose close gets no answer is left to die
 _SEND_ERRORS: tuple[type[BaseException], ...] = (*LINK_ERRORS, aiormq.exceptions.AMQPError)
 
 
@@ -93,6 +94,10 @@ class Session:
         except _SEND_ERRORS as exc:  # TimeoutError included
             self.end(f"cancel failed: {describe_amqp(exc)}")
 
+    def broken(self) -> bool:
+        """True when either channel is closed (whether or not its close was reported)."""
+        return self.consume.is_closed or self.publish.is_closed
+
     def end(self, reason: str) -> None:
         """Mark the session over: nothing more is acked on it."""
         if self.alive:
@@ -114,8 +119,10 @@ class Session:
         self.acker.cancel()
         for channel in (self.consume, self.publish):
             if not channel.is_closed:
+                # A dark link answers no channel.close: give up on it after CLOSE_TIMEOUT.
                 with contextlib.suppress(Exception):
-                    await channel.close()
+                    async with asyncio.timeout(CLOSE_TIMEOUT):
+                        await channel.close()
 
     def _on_channel_close(self, _sender: Any, exc: BaseException | None) -> None:
         self.end(describe_amqp(exc) if exc is not None else "channel closed")

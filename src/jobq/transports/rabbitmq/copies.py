@@ -1,0 +1,59 @@
+"""The consumer's copies (retry, dead-letter, release, crash copies): one confirmed publish each,
+with a deadline.
+
+They go on a connection of their own (RabbitMQ's advice for resource alarms): a broker that
+blocks publishing blocks that connection only, never the consuming one and its acks. A copy
+not confirmed within ``rabbitmq.publish_timeout`` fails as a ``CopyTimeout`` (the caller hands
+the original back: at least once; the copy may still arrive, a duplicate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiormq.abc import AbstractChannel as RawChannel
+from pamqp.commands import Basic
+
+from jobq.errors import TransportError
+from jobq.transports.rabbitmq.connect import RabbitLink, translated
+
+
+class CopyTimeout(TransportError):
+    """A copy the broker did not confirm in time (blocked by an alarm, or a dark link)."""
+
+
+class Copier:
+    """Publishes copies on a session's confirming channel; remembers when publishing is stuck."""
+
+    def __init__(self, link: RabbitLink, timeout: float) -> None:
+        self._link = link
+        self._timeout = timeout
+        self.stuck = False  # the last copy timed out (and none was confirmed since)
+
+    @property
+    def failing(self) -> bool:
+        """True while a copy would likely wait its whole deadline (blocked, or stuck)."""
+        return self._link.blocked or self.stuck
+
+    async def send(self, sender: RawChannel, body: bytes, props: Basic.Properties, *,
+                   exchange: str, routing_key: str) -> None:
+        """Publish one copy (mandatory, confirmed) within the deadline."""
+        what = f"rabbitmq publish to {routing_key}"
+        try:
+            async with asyncio.timeout(self._timeout):
+                with translated(what):
+                    await sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
+                                               properties=props, mandatory=True)
+        except TimeoutError:
+            self.stuck = True
+            why = ("the broker blocks publishing (a resource alarm)" if self._link.blocked
+                   else "no confirm")
+            raise CopyTimeout(f"{what}: not confirmed within {self._timeout:g}s "
+                              f"(rabbitmq.publish_timeout): {why}") from None
+        self.stuck = False
+
+    def refuse(self, routing_key: str) -> None:
+        """Fail at once a copy that would wait for its deadline (see ``failing``)."""
+        why = ("the broker blocks publishing (a resource alarm)" if self._link.blocked
+               else "the last copy was not confirmed in time")
+        raise CopyTimeout(f"rabbitmq publish to {routing_key}: not sent, {why}")
