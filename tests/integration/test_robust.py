@@ -1,4 +1,4 @@
-"""Issue 19 items 1 and 7 against the real servers, through the real CLIs.
+"""Issue 19 items 1, 6 and 7 against the real servers, through the real CLIs.
 
 Item 1: with ``--concurrency 1 --once`` and 5 jobs, a first job whose handler fails in one of
 three awkward ways used to make the consumer hang for ever, silently: the delivery was never
@@ -72,3 +72,31 @@ def test_a_consumer_without_a_processor_refuses_to_start(backend: Backend) -> No
     (line,) = result.stderr.strip().splitlines()  # one line, no traceback
     assert line.startswith("jobq: config error: consumer.processor: no processor configured")
     assert backend.waiting() == 3  # before: all three settled as done without running
+
+
+def test_a_sync_handler_that_overran_never_runs_twice_at_once(
+        backend: Backend, tmp_path: Path) -> None:
+    """Item 6: a plain ``def`` past job_timeout keeps its thread; its job must not run again
+    (here, or elsewhere) until that thread returned. Before, on Postgres: settled at the
+    timeout and run again 0.01 s later while the first run still slept (this test failed). On
+    RabbitMQ the 1 s retry tier outlasted the --once run, so it passed there before too; it
+    guards both all the same."""
+    backend.produce(1, "--max-attempts", "3")
+    args = ("consumer", "--concurrency", "1", "--once", "--job-timeout", "0.3",
+            "-p", "tests.processors:sync_overrun", "-a", f"directory={tmp_path}",
+            "-a", "sleep_s=2.5")
+    backend.set(RETRY__BASE_DELAY="0.01", RETRY__JITTER="false")
+    for _ in range(10):
+        result = backend.run(*args, timeout=40)
+        assert result.returncode == 0, result.stderr
+        runs = (tmp_path / "runs.log").read_text().split("\n")
+        if sum(line.startswith("end ") for line in runs) >= 2:
+            break
+    events = [line.split() for line in (tmp_path / "runs.log").read_text().splitlines()]
+    spans: dict[str, list[float]] = {}
+    for _what, _job, attempt, at in events:
+        spans.setdefault(attempt, []).append(float(at))
+    assert sorted(spans) == ["1", "2"], events
+    (start1, end1), (start2, _end2) = spans["1"], spans["2"]
+    assert end1 - start1 >= 2.4  # the first run slept its 2.5 s in its thread
+    assert start2 >= end1, events  # the second began only once the first had returned
