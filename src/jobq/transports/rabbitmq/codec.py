@@ -27,6 +27,7 @@ from jobq.config import LimitsConfig
 from jobq.job import Job
 from jobq.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
 from jobq.transport import NewJob
+from jobq.transports.rabbitmq.frames import Undecodable
 
 ATTEMPT = "x-jobq-attempt"
 MAX_ATTEMPTS = "x-jobq-max-attempts"
@@ -94,7 +95,9 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
     job of the consumer down with it each time.
     """
     original = props.headers if isinstance(props.headers, Mapping) else {}
-    kept = {k: v for k, v in original.items() if k not in _BROKER_HEADERS and k not in drop}
+    # pamqp decodes a long string that is not UTF-8 as bytes, which it cannot encode again.
+    kept = {k: bytearray(v) if type(v) is bytes else v for k, v in original.items()
+            if k not in _BROKER_HEADERS and k not in drop}
     user = [k for k in kept if not str(k).startswith("x-")]
     size = sum(len(str(k)) + len(as_text(kept[k])) for k in user)
     if size > FORWARD_HEADERS:
@@ -102,8 +105,18 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
             del kept[k]
         kept["x-jobq-headers-dropped"] = f"{len(user)} headers, about {size:,} bytes: too large to forward"
     kept.update(headers)
-    return body, properties(kept, message_id=props.message_id, kind=props.message_type,
-                            timestamp=props.timestamp, content_type=props.content_type)
+    # A property that arrived undecodable (see ``frames``) is not sent on as it came: the
+    # copy must be a message every client can read.
+    stamp = props.timestamp if type(props.timestamp) is datetime else None
+    return body, properties(kept, message_id=_text(props.message_id), kind=_text(props.message_type),
+                            timestamp=stamp, content_type=_text(props.content_type))
+
+
+def _text(value: Any) -> str | None:
+    """A short-string property as text: undecodable bytes escaped, anything else None."""
+    if isinstance(value, str):
+        return value
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes | bytearray) else None
 
 
 def _int(value: Any, default: int) -> int:
@@ -124,9 +137,12 @@ def _identity(props: Basic.Properties) -> tuple[str | None, str | None]:
     id_problem = None
     if not job_id:
         id_problem = "message has no message_id (the job id)"
+    elif isinstance(job_id, Undecodable):
+        id_problem = f"message_id {job_id.reason}"
     elif not isinstance(job_id, str):
         id_problem = f"message_id is not a string (got {type(job_id).__name__})"
-    kind_text = None if kind is None or kind == "" else kind_problem(kind)
+    kind_text = None if kind is None or kind == "" else (
+        f"type (the job kind) {kind.reason}" if isinstance(kind, Undecodable) else kind_problem(kind))
     return id_problem, ("message has no type (the job kind)" if not kind else kind_text)
 
 
@@ -145,8 +161,8 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     """The job a message carries and, if it is not a valid one, why (the job is then partial).
 
     Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
-    object, a missing or wrong-typed id or kind, headers that are not a table or too large all
-    end as the reason.
+    object, a missing or wrong-typed id or kind, headers that are not a table or too large, a
+    property that arrived undecodable (``frames.Undecodable``) all end as the reason.
     """
     limits = limits or _DEFAULT_LIMITS
     raw_headers = props.headers
@@ -154,10 +170,14 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
     id_problem, kind_problem_ = _identity(props)
     texts, headers_problem = _user_headers(headers, limits)
-    if raw_headers is not None and not isinstance(raw_headers, Mapping):
+    if isinstance(raw_headers, Undecodable):
+        headers_problem = f"headers cannot be decoded: {raw_headers.reason}"
+    elif raw_headers is not None and not isinstance(raw_headers, Mapping):
         headers_problem = f"headers are not a table (got {type(raw_headers).__name__})"
+    stamp = props.timestamp
     problem = (body_problem or id_problem or kind_problem_ or headers_problem
-               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1))
+               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1)
+               or (None if stamp is None or type(stamp) is datetime else _stamp_problem(stamp)))
     job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
     kind = props.message_type if isinstance(props.message_type, str) else ""
     job = Job(
@@ -171,6 +191,12 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
         headers=texts,
     )
     return job, problem
+
+
+def _stamp_problem(stamp: Any) -> str:
+    if isinstance(stamp, Undecodable):
+        return stamp.reason
+    return f"timestamp is not a time (got {type(stamp).__name__})"
 
 
 def crashed(props: Basic.Properties, redelivered: bool) -> bool:
@@ -197,4 +223,6 @@ def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:
 
 def as_text(value: Any) -> str:
     """A header value as text."""
-    return value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.reason if isinstance(value, Undecodable) else value.decode(errors="replace")
+    return str(value)

@@ -39,6 +39,7 @@ from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
+from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
@@ -67,6 +68,7 @@ class RabbitTransport:
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str, prefetch: int,
                  max_attempts: int, logger: logging.Logger | None = None,
                  limits: LimitsConfig | None = None) -> None:
+        frames.install()  # a message pamqp cannot decode must cost that message, not the connection
         self._link = link
         self._limits = limits or LimitsConfig()
         self._cfg = settings
