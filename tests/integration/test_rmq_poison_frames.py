@@ -21,7 +21,7 @@ from pamqp.commands import Basic
 
 from tests.conftest import AMQP_URL
 from tests.contract.backends import Backend
-from tests.integration.test_rmq_bad_input import routed_config
+from tests.integration.test_rmq_bad_input import publish, routed_config
 from tests.processors import completions
 
 PLACEHOLDER = datetime(2000, 1, 1, tzinfo=UTC)
@@ -98,3 +98,21 @@ def test_undecodable_frames_are_dead_lettered_and_the_connection_lives(
     done = completions(tmp_path)
     assert len(done) == 6 and {"p-routed", "p-header-stamp"} <= set(done)
     assert rabbit.waiting() == 0
+
+
+def test_an_oversized_x_header_from_a_foreign_client_is_dead_not_retried(
+        rabbit: Backend, tmp_path: Path) -> None:
+    # Before: x- headers were not counted, the job ran and failed, and its retry copy (130 kB of
+    # header plus the reason) went over frame_max: the broker closed the connection, again and
+    # again.
+    asyncio.run(publish(rabbit.queue, b"{}", "x-big", "loud", {"x-big": "y" * 130_000}))
+    rabbit.produce(1, "--kind", "loud", "--max-attempts", "2")
+    rabbit.set(RETRY__BASE_DELAY="0", RETRY__JITTER="false")
+    result = rabbit.run("consumer", "--once", "-p", "tests.processors:fail_loudly", "-a", "size=10",
+                        "-n", "1", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "lost the RabbitMQ session" not in result.stderr, result.stderr[-3000:]
+    dead = {row["id"]: row["last_error"] for row in rabbit.dead()}
+    assert dead.pop("x-big") == ("MalformedJob: headers are 130,013 bytes as JSON, over the limit "
+                                 "of 65,536 (limits.max_headers)")
+    assert [reason.endswith("(gave up after 2 of 2 attempts)") for reason in dead.values()] == [True]
