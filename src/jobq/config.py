@@ -146,6 +146,9 @@ class RabbitConfig:
     # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.
     delivery_limit: int = 20  # 0: no limit
     ack_interval: float = 0.01
+    # Set it to your broker's consumer_timeout, in seconds (RabbitMQ's default: 30 minutes; 0:
+    # the broker has none). Not visible over AMQP; the consumer checks its settings against it.
+    consumer_timeout: float = 1800.0
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
     @property
@@ -231,6 +234,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.prefetch": (lambda v: 0 <= v <= 65535, "between 0 (concurrency + buffer) and 65535"),
     "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
     "rabbitmq.ack_interval": (lambda v: v > 0, "> 0"),
+    "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),

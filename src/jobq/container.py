@@ -159,6 +159,7 @@ class Container(containers.DeclarativeContainer):
             link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
             logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
+            job_timeout=cfg.consumer.job_timeout, concurrency=cfg.consumer.concurrency,
         ),
     )
     publisher = providers.Selector(
