@@ -139,6 +139,10 @@ class RabbitConfig:
     url: str = field(default="amqp://guest:guest@127.0.0.1:5672/", repr=False)
     exchange: str = "jobq"
     queue_type: Literal["quorum", "classic"] = "quorum"
+    # <q>.dead: classic, so no delivery limit applies to it on any broker version (RabbitMQ 4.x
+    # gives quorum queues a default limit of 20 that counts every listing's return). "quorum"
+    # keeps a dead queue an older jobq declared so (docs/rabbitmq-versions.md says what to do).
+    dead_queue_type: Literal["classic", "quorum"] = "classic"
     prefetch: int = 0  # 0: concurrency + buffer
     retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
     # Quorum queues only: redeliveries of one message (crashes, lost connections) after which
