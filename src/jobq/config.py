@@ -139,6 +139,10 @@ class RabbitConfig:
     url: str = field(default="amqp://guest:guest@127.0.0.1:5672/", repr=False)
     exchange: str = "jobq"
     queue_type: Literal["quorum", "classic"] = "quorum"
+    # <q>.dead: classic, so no delivery limit applies to it on any broker version (RabbitMQ 4.x
+    # gives quorum queues a default limit of 20 that counts every listing's return). "quorum"
+    # keeps a dead queue an older jobq declared so (docs/rabbitmq-versions.md says what to do).
+    dead_queue_type: Literal["classic", "quorum"] = "classic"
     prefetch: int = 0  # 0: concurrency + buffer
     retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
     # Quorum queues only: redeliveries of one message (crashes, lost connections) after which
@@ -149,6 +153,9 @@ class RabbitConfig:
     # Every basic.publish (the producer's, the consumer's copies) waits this long for its
     # confirm, then fails: a broker that blocks publishing (a resource alarm) or a dark link.
     publish_timeout: float = 10.0
+    # Set it to your broker's consumer_timeout, in seconds (RabbitMQ's default: 30 minutes; 0:
+    # the broker has none). Not visible over AMQP; the consumer checks its settings against it.
+    consumer_timeout: float = 1800.0
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
     @property
@@ -235,6 +242,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.prefetch": (lambda v: 0 <= v <= 65535, "between 0 (concurrency + buffer) and 65535"),
     "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
     "rabbitmq.ack_interval": (lambda v: v > 0, "> 0"),
+    "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),

@@ -172,6 +172,7 @@ class Container(containers.DeclarativeContainer):
             prefetch=providers.Callable(rmq_prefetch, settings), max_attempts=cfg.retry.max_attempts,
             logger=providers.Callable(logging.getLogger, "jobq.rabbitmq"), limits=cfg.limits,
             publish_link=rmq_copies_link,
+            job_timeout=cfg.consumer.job_timeout, concurrency=cfg.consumer.concurrency,
         ),
     )
     publisher = providers.Selector(

@@ -19,6 +19,7 @@ from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
 from jobq.transport import DeadJob, Depth
 from jobq.transports.common import shown_payload
+from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     ATTEMPTS_USED,
@@ -65,6 +66,7 @@ class RabbitAdmin:
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
                  max_pending: int = 0) -> None:
+        frames.install()  # a dead message pamqp cannot decode must not close the connection
         self._link = link
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)

@@ -27,6 +27,7 @@ from jobq.config import LimitsConfig
 from jobq.job import Job
 from jobq.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
 from jobq.transport import NewJob
+from jobq.transports.rabbitmq.frames import Undecodable
 
 ATTEMPT = "x-jobq-attempt"
 MAX_ATTEMPTS = "x-jobq-max-attempts"
@@ -43,6 +44,11 @@ _DEFAULT_LIMITS = LimitsConfig()
 # User headers forwarded with a retried / dead-lettered / released copy at most: under the
 # broker's default frame_max (128 KiB) with room for jobq's own headers.
 FORWARD_HEADERS = 96 * 1024
+# jobq's own headers (x-jobq-*) are not the user's: limits.max_headers leaves them out, at both
+# ends. What jobq writes is small (counters, times, at most two reasons of errors.describe's
+# 4,000 characters each); more than this on a received message came from someone else.
+OWN_PREFIX = "x-jobq-"
+OWN_HEADERS = 12 * 1024
 CONTENT_TYPE = "application/json"
 PERSISTENT = int(aio_pika.DeliveryMode.PERSISTENT)
 # Headers jobq or the broker own: never handed to the handler as the job's headers, and
@@ -88,22 +94,45 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
     ``headers`` set.
 
-    User headers too large to travel again are dropped (and the drop noted): a header frame
-    over the broker's frame_max closes the whole connection, so forwarding a message that came
-    in with near-frame-size headers plus jobq's would fail forever and take every in-flight
-    job of the consumer down with it each time.
+    Headers too large to travel again are dropped (the job's and other ``x-`` headers together,
+    with the drop noted; jobq's own kept ones if over ``OWN_HEADERS``): a header frame over the
+    broker's frame_max closes the whole connection, so forwarding a message that came in with
+    near-frame-size headers plus jobq's would fail forever and take every in-flight job of the
+    consumer down with it each time.
     """
     original = props.headers if isinstance(props.headers, Mapping) else {}
-    kept = {k: v for k, v in original.items() if k not in _BROKER_HEADERS and k not in drop}
-    user = [k for k in kept if not str(k).startswith("x-")]
-    size = sum(len(str(k)) + len(as_text(kept[k])) for k in user)
+    # pamqp decodes a long string that is not UTF-8 as bytes, which it cannot encode again.
+    kept = {k: bytearray(v) if type(v) is bytes else v for k, v in original.items()
+            if k not in _BROKER_HEADERS and k not in drop}
+    others, size, own = [], 0, 0
+    for k, v in kept.items():
+        key = str(k)
+        if key.startswith(OWN_PREFIX):
+            if k not in headers:  # kept as it came: a foreign producer may have made it large
+                own += utf8_size(as_text(v))
+        else:
+            others.append(k)
+            size += len(key) + utf8_size(as_text(v))
     if size > FORWARD_HEADERS:
-        for k in user:
+        for k in others:
             del kept[k]
-        kept["x-jobq-headers-dropped"] = f"{len(user)} headers, about {size:,} bytes: too large to forward"
+        kept["x-jobq-headers-dropped"] = f"{len(others)} headers, about {size:,} bytes: too large to forward"
+    if own > OWN_HEADERS:
+        for k in [k for k in kept if str(k).startswith(OWN_PREFIX) and k not in headers]:
+            del kept[k]
     kept.update(headers)
-    return body, properties(kept, message_id=props.message_id, kind=props.message_type,
-                            timestamp=props.timestamp, content_type=props.content_type)
+    # A property that arrived undecodable (see ``frames``) is not sent on as it came: the
+    # copy must be a message every client can read.
+    stamp = props.timestamp if type(props.timestamp) is datetime else None
+    return body, properties(kept, message_id=_text(props.message_id), kind=_text(props.message_type),
+                            timestamp=stamp, content_type=_text(props.content_type))
+
+
+def _text(value: Any) -> str | None:
+    """A short-string property as text: undecodable bytes escaped, anything else None."""
+    if isinstance(value, str):
+        return value
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes | bytearray) else None
 
 
 def _int(value: Any, default: int) -> int:
@@ -124,20 +153,55 @@ def _identity(props: Basic.Properties) -> tuple[str | None, str | None]:
     id_problem = None
     if not job_id:
         id_problem = "message has no message_id (the job id)"
+    elif isinstance(job_id, Undecodable):
+        id_problem = f"message_id {job_id.reason}"
     elif not isinstance(job_id, str):
         id_problem = f"message_id is not a string (got {type(job_id).__name__})"
-    kind_text = None if kind is None or kind == "" else kind_problem(kind)
+    kind_text = None if kind is None or kind == "" else (
+        f"type (the job kind) {kind.reason}" if isinstance(kind, Undecodable) else kind_problem(kind))
     return id_problem, ("message has no type (the job kind)" if not kind else kind_text)
 
 
 def _user_headers(headers: Mapping[str, Any], limits: LimitsConfig) -> tuple[dict[str, str], str | None]:
-    """The job's own headers (not x-) as text, and why they are too large, if they are."""
-    texts = {str(k): as_text(v) for k, v in headers.items() if not str(k).startswith("x-")}
-    rough = sum(len(k) + len(v) + 6 for k, v in texts.items()) + 2  # about the JSON length
+    """The job's own headers (not x-) as text, and why the headers are too large, if they are.
+
+    Every header but jobq's and the broker's counts toward ``limits.max_headers``, ``x-`` ones
+    from another producer included (they travel with every copy); jobq's own get a budget of
+    their own (``OWN_HEADERS``).
+    """
+    texts = {str(k): v if type(v) is str else as_text(v) for k, v in headers.items()
+             if not str(k).startswith("x-")}
+    others = len(headers) - len(texts)
+    # A first delivery of a jobq message has exactly jobq's three counters besides the job's.
+    if others and not (others == 3 and ATTEMPT in headers and MAX_ATTEMPTS in headers
+                       and ENQUEUED_AT in headers):
+        foreign, own = _x_headers(headers)
+        if own > OWN_HEADERS:
+            return texts, (f"jobq's own headers (x-jobq-*) are about {own:,} characters, more "
+                           f"than jobq writes ({OWN_HEADERS:,})")
+        counted = {**texts, **foreign}
+    else:
+        counted = texts
+    rough = sum(len(k) + len(v) + 6 for k, v in counted.items()) + 2  # about the JSON length
     if rough * 2 < limits.max_headers:
         return texts, None  # the usual case: far under the limit, not worth measuring exactly
-    size = utf8_size(json.dumps(texts, ensure_ascii=False))
+    size = utf8_size(json.dumps(counted, ensure_ascii=False))
     return texts, too_large("headers", size, limits.max_headers, "limits.max_headers")
+
+
+def _x_headers(headers: Mapping[str, Any]) -> tuple[dict[str, str], int]:
+    """The x- headers neither jobq nor the broker owns, as text, and the size of jobq's own."""
+    foreign: dict[str, str] = {}
+    own = 0
+    for k, v in headers.items():
+        key = str(k)
+        if not key.startswith("x-") or key in _BROKER_HEADERS:
+            continue
+        if key.startswith(OWN_PREFIX):
+            own += 0 if type(v) is int or type(v) is float else len(as_text(v))
+        else:
+            foreign[key] = as_text(v)
+    return foreign, own
 
 
 def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: int,
@@ -145,8 +209,8 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     """The job a message carries and, if it is not a valid one, why (the job is then partial).
 
     Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
-    object, a missing or wrong-typed id or kind, headers that are not a table or too large all
-    end as the reason.
+    object, a missing or wrong-typed id or kind, headers that are not a table or too large, a
+    property that arrived undecodable (``frames.Undecodable``) all end as the reason.
     """
     limits = limits or _DEFAULT_LIMITS
     raw_headers = props.headers
@@ -154,10 +218,14 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
     id_problem, kind_problem_ = _identity(props)
     texts, headers_problem = _user_headers(headers, limits)
-    if raw_headers is not None and not isinstance(raw_headers, Mapping):
+    if isinstance(raw_headers, Undecodable):
+        headers_problem = f"headers cannot be decoded: {raw_headers.reason}"
+    elif raw_headers is not None and not isinstance(raw_headers, Mapping):
         headers_problem = f"headers are not a table (got {type(raw_headers).__name__})"
+    stamp = props.timestamp
     problem = (body_problem or id_problem or kind_problem_ or headers_problem
-               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1))
+               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1)
+               or (None if stamp is None or type(stamp) is datetime else _stamp_problem(stamp)))
     job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
     kind = props.message_type if isinstance(props.message_type, str) else ""
     job = Job(
@@ -171,6 +239,12 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
         headers=texts,
     )
     return job, problem
+
+
+def _stamp_problem(stamp: Any) -> str:
+    if isinstance(stamp, Undecodable):
+        return stamp.reason
+    return f"timestamp is not a time (got {type(stamp).__name__})"
 
 
 def crashed(props: Basic.Properties, redelivered: bool) -> bool:
@@ -197,4 +271,6 @@ def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:
 
 def as_text(value: Any) -> str:
     """A header value as text."""
-    return value.decode(errors="replace") if isinstance(value, bytes | bytearray) else str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.reason if isinstance(value, Undecodable) else value.decode(errors="replace")
+    return str(value)

@@ -39,6 +39,8 @@ from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
+from jobq.transports.rabbitmq import frames
+from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
@@ -68,8 +70,9 @@ class RabbitTransport:
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str, prefetch: int,
                  max_attempts: int, logger: logging.Logger | None = None,
-                 limits: LimitsConfig | None = None, publish_link: RabbitLink | None = None
-                 ) -> None:
+                 limits: LimitsConfig | None = None, publish_link: RabbitLink | None = None,
+                 job_timeout: float | None = None, concurrency: int = 0) -> None:
+        frames.install()  # a message pamqp cannot decode must cost that message, not the connection
         self._link = link
         # The copies' connection (see copies.py); the consuming one if none is given (tests).
         self._publish_link = publish_link or link
@@ -79,6 +82,7 @@ class RabbitTransport:
         self._queue = queue
         self._prefetch = prefetch
         self._max_attempts = max_attempts
+        self._job_timeout, self._concurrency = job_timeout, concurrency  # for the start-up check
         self._topology = Topology.configured(settings, queue, self._limits.max_pending)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
@@ -112,6 +116,12 @@ class RabbitTransport:
 
     async def open(self) -> None:
         """Declare the topology and start consuming; keep doing so across reconnects."""
+        if self._concurrency:
+            warning = consumer_timeout_warning(
+                consumer_timeout=self._cfg.consumer_timeout, job_timeout=self._job_timeout,
+                prefetch=self._prefetch, concurrency=self._concurrency)
+            if warning:
+                self._log.warning("%s", warning)
         await self._start_session()
         self._supervisor = asyncio.create_task(self._supervise(), name="jobq-rmq-supervisor")
 

@@ -3,7 +3,7 @@
 ::
 
     exchange <exchange> (direct) --<q>--> <q>            work queue (quorum or classic)
-    <q> --x-dead-letter-exchange--> <q>.dlx (fanout) --> <q>.dead
+    <q> --x-dead-letter-exchange--> <q>.dlx (fanout) --> <q>.dead   (classic)
     <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
 
 Retries wait in per-delay tier queues rather than with a per-message TTL, because an expired
@@ -68,20 +68,21 @@ class Topology:
     tiers: tuple[float, ...] = (1.0, 5.0, 30.0, 300.0)
     delivery_limit: int = 0  # quorum only; 0: none
     max_pending: int = 0  # ready messages the work queue takes; 0: no limit
+    dead_type: str = "classic"  # see dead_arguments
 
     @classmethod
     def build(cls, *, exchange: str, queue: str, queue_type: str, tiers: Sequence[float],
-              delivery_limit: int, max_pending: int = 0) -> Topology:
+              delivery_limit: int, max_pending: int = 0, dead_type: str = "classic") -> Topology:
         """A topology with the tiers sorted and de-duplicated."""
         return cls(exchange, queue, queue_type, tuple(sorted(set(tiers))), delivery_limit,
-                   max_pending)
+                   max_pending, dead_type)
 
     @classmethod
     def configured(cls, settings: RabbitConfig, queue: str, max_pending: int = 0) -> Topology:
         """The topology of ``queue`` as ``settings`` (and ``limits.max_pending``) describe it."""
         return cls.build(exchange=settings.exchange, queue=queue, queue_type=settings.queue_type,
                          tiers=settings.retry_tiers, delivery_limit=settings.delivery_limit,
-                         max_pending=max_pending)
+                         max_pending=max_pending, dead_type=settings.dead_queue_type)
 
     @property
     def dlx(self) -> str:
@@ -120,6 +121,18 @@ class Topology:
             args["x-overflow"] = "reject-publish"
         return args
 
+    def dead_arguments(self) -> dict[str, Any]:
+        """Arguments of the dead queue: classic by default, whatever the work queue's type.
+
+        ``jobq dead list`` walks it with basic.get and returns what it does not take by
+        closing its channel. RabbitMQ 4.0-4.2 count every such return against a quorum queue's
+        delivery limit (20 by default since 4.0) and 4.3 still counts a channel close, so a
+        quorum dead queue would drop a dead letter after about 20 listings. A classic queue has
+        no delivery limit on any version; ``x-delivery-limit: -1`` (unlimited on 4.x) would mean
+        0 on 3.x, where a negative limit drops a message after its first delivery.
+        """
+        return {"x-queue-type": self.dead_type}
+
     def tier_arguments(self, delay: float) -> dict[str, Any]:
         """Arguments of a retry tier: expire after ``delay`` and go back to the work queue,
         at least once (a quorum queue, whatever the work queue's type: see the module notes)."""
@@ -140,7 +153,7 @@ class Topology:
                                                arguments=self.work_arguments())
             await work.bind(exchange, routing_key=self.queue)
             dead = await channel.declare_queue(self.dead, durable=True,
-                                               arguments={"x-queue-type": self.queue_type})
+                                               arguments=self.dead_arguments())
             await dead.bind(dlx, routing_key="")
             for delay in self.tiers:
                 await channel.declare_queue(self.tier_name(delay), durable=True,
@@ -160,6 +173,15 @@ def explain_conflict(exc: BaseException) -> ConfigError:
     if kind == "exchange":
         remedy = (f"either use another exchange name ({key}) or delete the existing exchange, "
                   f"then run `jobq init --transport=rabbitmq` again")
+    elif name.endswith(".dead") and arg == "x-queue-type":
+        key = "rabbitmq.dead_queue_type"
+        return ConfigError(
+            f"dead-letter queue {name!r} already exists with {arg} = {match['current']} (an "
+            f"older jobq declared it like its work queue), but this config declares "
+            f"{match['received']}: set {key}: quorum to keep it (on RabbitMQ 4.x also give it "
+            f"an unlimited delivery limit, see docs/rabbitmq-versions.md), or move its messages "
+            f"and delete it (`rabbitmqctl delete_queue {name}`), then run `jobq init "
+            f"--transport=rabbitmq` again", key=key)
     elif ".retry." in name:
         key = "rabbitmq.retry_tiers"
         remedy = (f"this retry tier was declared by an older jobq (tiers are now quorum queues "
