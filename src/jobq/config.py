@@ -149,6 +149,10 @@ class RabbitConfig:
     # Every basic.publish (the producer's, the consumer's copies) waits this long for its
     # confirm, then fails: a broker that blocks publishing (a resource alarm) or a dark link.
     publish_timeout: float = 10.0
+    # AMQP heartbeat in seconds, asked for on every connection unless the url sets its own
+    # ``heartbeat``: a silent link (a partition) is noticed in about 3 x (heartbeat + 1) s.
+    # 0: not asked for (aiormq's default, 60 s: about 3 minutes to notice).
+    heartbeat: int = 10
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
     @property
@@ -229,6 +233,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.publish_timeout": (lambda v: v > 0, "> 0 (seconds)"),
+    "rabbitmq.heartbeat": (lambda v: 0 <= v < 65535, "0 (aiormq's 60 s) to 65534 (seconds)"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
