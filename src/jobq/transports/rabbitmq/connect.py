@@ -198,7 +198,8 @@ class RabbitLink:
         if blocked:
             self.unblocked.clear()
             self._log.warning("RabbitMQ at %s blocks publishing on the %s connection (%s): "
-                              "publishes wait for their confirm up to rabbitmq.publish_timeout",
+                              "copies are held until unblocked, enqueues wait up to "
+                              "limits.enqueue_timeout",
                               self.address, self._role, reason or "a resource alarm")
         else:
             self.unblocked.set()
