@@ -156,6 +156,10 @@ class RabbitConfig:
     # Set it to your broker's consumer_timeout, in seconds (RabbitMQ's default: 30 minutes; 0:
     # the broker has none). Not visible over AMQP; the consumer checks its settings against it.
     consumer_timeout: float = 1800.0
+    # AMQP heartbeat in seconds, asked for on every connection unless the url sets its own
+    # ``heartbeat``: a silent link (a partition) is noticed in about 3 x (heartbeat + 1) s.
+    # 0: not asked for (aiormq's default, 60 s: about 3 minutes to notice).
+    heartbeat: int = 10
     ca_file: str = ""  # CA bundle (PEM) for an amqps:// url; passed as the url's cafile
 
     @property
@@ -236,6 +240,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.publish_timeout": (lambda v: v > 0, "> 0 (seconds)"),
+    "rabbitmq.heartbeat": (lambda v: 0 <= v < 65535, "0 (aiormq's 60 s) to 65534 (seconds)"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
     "rabbitmq.ca_file": (lambda v: v == "" or Path(v).is_file(), "an existing CA file (PEM), or ''"),
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),

@@ -118,7 +118,8 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
     from jobq.transports.rabbitmq.connect import RabbitLink
 
     link = RabbitLink(settings.rabbitmq.connect_url, settings.connect,
-                      role=f"{settings.queue} {role}".strip(), logger=logger)
+                      role=f"{settings.queue} {role}".strip(), logger=logger,
+                      heartbeat=settings.rabbitmq.heartbeat)
     try:  # an open cancelled at start-up (SIGTERM) closes what it had opened too
         await link.open()
         yield link

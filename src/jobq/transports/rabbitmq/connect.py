@@ -10,7 +10,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import aio_pika
 import aiormq
@@ -43,6 +43,26 @@ def server_address(url: str) -> str:
     return common.server_address(parts.hostname, port, 5671 if parts.scheme == "amqps" else 5672)
 
 
+def with_heartbeat(url: str, heartbeat: int) -> str:
+    """``url`` asking for an AMQP heartbeat of ``heartbeat`` seconds, unless it sets its own.
+
+    aiormq reads the heartbeat from the URL only (``?heartbeat=N``, 60 s when absent) and asks
+    the broker for exactly that; 0 leaves the URL alone.
+    """
+    if heartbeat <= 0:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if any(key == "heartbeat" for key, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        return url
+    fragment = url.find("#")
+    base, tail = (url, "") if fragment < 0 else (url[:fragment], url[fragment:])
+    joiner = "&" if parts.query else ("" if base.endswith("?") else "?")
+    return f"{base}{joiner}heartbeat={heartbeat}{tail}"
+
+
 def describe_amqp(exc: BaseException) -> str:
     """A one-line text for a driver error (aiormq puts the broker's reply in ``args[0]``)."""
     text = common.one_line(exc.args[0] if exc.args else exc)
@@ -63,8 +83,9 @@ class RabbitLink:
     """
 
     def __init__(self, url: str, connect: ConnectConfig, *, role: str,
-                 logger: logging.Logger | None = None) -> None:
-        self._url = url
+                 logger: logging.Logger | None = None, heartbeat: int = 0) -> None:
+        # rabbitmq.heartbeat, unless the url asks for its own (see with_heartbeat)
+        self._url = with_heartbeat(url, heartbeat)
         self._connect = connect
         self._role = role
         self._log = logger or logging.getLogger("jobq.rabbitmq")
@@ -177,7 +198,8 @@ class RabbitLink:
         if blocked:
             self.unblocked.clear()
             self._log.warning("RabbitMQ at %s blocks publishing on the %s connection (%s): "
-                              "publishes wait for their confirm up to rabbitmq.publish_timeout",
+                              "copies are held until unblocked, enqueues wait up to "
+                              "limits.enqueue_timeout",
                               self.address, self._role, reason or "a resource alarm")
         else:
             self.unblocked.set()

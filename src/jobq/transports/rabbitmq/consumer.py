@@ -44,7 +44,7 @@ from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
-from jobq.transports.rabbitmq.copies import Copier
+from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
 from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.topology import Topology
@@ -97,6 +97,9 @@ class RabbitTransport:
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._closed = asyncio.Event()  # set when close() begins: copies held for an alarm end
+        self._held: set[Handle] = set()  # originals whose copy waits for unblocked (_hold)
+        self._held_back = 0  # held originals left unacked at a close or loss (come back)
         self.stale = 0  # settles dropped because their session had ended
         self.reconnects = 0
 
@@ -128,6 +131,7 @@ class RabbitTransport:
     async def close(self) -> None:
         """Stop consuming, hand back what never reached the pool, flush acks, close channels."""
         self._closing = True
+        self._closed.set()
         if self._supervisor is not None:
             self._supervisor.cancel()
             await asyncio.gather(self._supervisor, return_exceptions=True)
@@ -138,6 +142,9 @@ class RabbitTransport:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if session is not None:
             await session.finish()
+        if self._held_back:
+            self._log.warning("%d copies held while the broker blocked publishing were not sent; "
+                              "the broker delivers those jobs again", self._held_back)
         if self.stale:
             self._log.info("%d settles were for deliveries of a lost connection; the broker "
                            "delivers those jobs again", self.stale)
@@ -323,6 +330,9 @@ class RabbitTransport:
         raw = handle.message
         body, props = republish(raw.body, raw.header.properties, headers, drop)
         copier = self._copier
+        if patient and self._publish_link.blocked and not self._closing:
+            self._hold(handle, body, props, exchange, routing_key)
+            return
         try:
             if not patient and copier.failing:
                 copier.refuse(routing_key)
@@ -334,15 +344,89 @@ class RabbitTransport:
             # the original with the rest of the session's deliveries).
             session.end(f"publish failed: {describe(exc)}")
             raise
+        except CopyTimeout:
+            if patient and self._publish_link.blocked and not self._closing and session.alive:
+                # The alarm came while it waited: hold it too (sent again once unblocked; the
+                # first may still arrive, a duplicate).
+                self._hold(handle, body, props, exchange, routing_key)
+                return
+            await session.requeue(handle.tag)
+            raise
         except TransportError:
             # Not forwarded: give the original back now rather than pinning a prefetch slot;
             # the broker counts that delivery, as it would after a crash.
             await session.requeue(handle.tag)
             raise
-        if session.alive:
-            session.complete(handle.tag)
+        self._forwarded(handle)
+
+    def _forwarded(self, handle: Handle) -> None:
+        if handle.session.alive:
+            handle.session.complete(handle.tag)
         else:
             self.stale += 1  # forwarded, but the original's ack is lost: it comes back too
+
+    def _hold(self, handle: Handle, body: bytes, props: Any, exchange: str,
+              routing_key: str) -> None:
+        """Keep the original unacked and send its copy once the broker unblocks publishing.
+
+        Not nacked back: that counts a delivery on quorum queues and the original would come
+        straight back as a crash redelivery, whose own copy is blocked too; every
+        publish_timeout another count, until the queue's delivery limit dead-letters a job that
+        never failed (and a marked one is charged a crash each time). Held originals pin their
+        prefetch slots, so while blocked at most the prefetch is held and the broker sends
+        nothing more once they fill it. At shutdown or a lost session they stay unacked: the
+        channel's close gives them back (one delivery counted).
+        """
+        if handle in self._held:
+            return
+        self._held.add(handle)
+        self._spawn(self._send_when_unblocked(handle, body, props, exchange, routing_key))
+
+    async def _send_when_unblocked(self, handle: Handle, body: bytes, props: Any,
+                                   exchange: str, routing_key: str) -> None:
+        session, link = handle.session, self._publish_link
+        try:
+            while True:
+                await self._until_unblocked(session)
+                if self._closing or not session.alive:
+                    self._held_back += 1  # left unacked: given back by the channel's close or loss
+                    return
+                try:
+                    await self._copier.send(session.sender, body, props, exchange=exchange,
+                                            routing_key=routing_key)
+                except ConnectionLost as exc:
+                    session.end(f"publish failed: {describe(exc)}")
+                    return
+                except CopyTimeout:
+                    if link.blocked:
+                        continue  # blocked again: hold on
+                    await self._give_up(handle, routing_key)
+                    return
+                except TransportError:
+                    await self._give_up(handle, routing_key)
+                    return
+                self._forwarded(handle)
+                return
+        finally:
+            self._held.discard(handle)
+
+    async def _give_up(self, handle: Handle, routing_key: str) -> None:
+        self._log.error("could not publish a held copy to %s; the original goes back to the "
+                        "queue", routing_key)
+        await handle.session.requeue(handle.tag)
+
+    async def _until_unblocked(self, session: Session) -> None:
+        """Until publishing is unblocked, the session ends or close() begins."""
+        link = self._publish_link
+        if not link.blocked:
+            return
+        waits = [asyncio.ensure_future(event.wait())
+                 for event in (link.unblocked, session.lost, self._closed)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def _wait(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
