@@ -12,12 +12,15 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobq import commands
-from jobq.config import Settings, load_settings, parse_scalar
 from jobq.errors import ConfigError, MalformedJob, QueueFull, TransportError
-from jobq.logs import configure
+
+# The rest of jobq (config, logging, the commands and everything they import) is imported when
+# a command runs, not with this module: `consumer` must take SIGTERM over as early as it can
+# (consumer_main's first line), and these imports are most of a command's start-up time.
+if TYPE_CHECKING:
+    from jobq.config import Settings
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_UNREACHABLE, EXIT_FORCED = 0, 1, 2, 3, 130
 EXIT_QUEUE_FULL = 4
@@ -27,6 +30,8 @@ def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    from jobq.config import parse_scalar
+
     return key, parse_scalar(value)  # the same typing rules as the YAML values
 
 
@@ -55,11 +60,15 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["consumer.processor_args"] = dict(args.processor_arg)
     if getattr(args, "metrics_port", None) is not None:
         overrides["metrics.enabled"] = True
+    from jobq.config import load_settings
+
     return load_settings(args.config, overrides)
 
 
 def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
     """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
+    from jobq.logs import configure
+
     try:
         settings = _settings(args)
         configure(settings.log.level, settings.log.format, transport=settings.transport,
@@ -159,12 +168,16 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
     # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
     signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser().parse_args(argv)
+    from jobq import commands
+
     return _run(lambda s: commands.consume(s, stats_json=args.stats_json), args)
 
 
 def producer_main(argv: Sequence[str] | None = None) -> int:
     """``producer``: enqueue ``--count`` generated jobs."""
     args = producer_parser().parse_args(argv)
+    from jobq import commands
+
     return _run(lambda s: commands.produce(s, args), args)
 
 
@@ -176,6 +189,8 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         print("jobq: config error: --id: say which dead jobs: --id N, --kind K or --all",
               file=sys.stderr)
         return EXIT_CONFIG
+    from jobq import commands
+
     return _run(lambda s: commands.admin(s, args), args)
 
 
