@@ -174,8 +174,12 @@ async def open_pool(
     )
     try:
         await pool.open(wait=True, timeout=connect.timeout * connect.attempts)
-    except Exception as exc:
+    except BaseException as exc:
+        # Cancelled too (SIGTERM during start-up): left open, the pool's workers go on trying
+        # to connect, and the event loop's closing wait for them outlasts the shutdown.
         await pool.close()
+        if not isinstance(exc, Exception):
+            raise
         raise ConnectionLost(f"cannot open a pool to PostgreSQL at {server_address(dsn)}: "
                              f"{_clean(exc)}") from exc
     log.info("connected to PostgreSQL at %s (pool of %d)", redact(server_address(dsn)), size)
