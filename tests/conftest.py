@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -154,6 +155,19 @@ def fetch(dsn: str, query: str | sql.Composable, params: Sequence[object] = ()) 
     """Run one query and return its rows (test-side checks)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def stop_cli(proc: subprocess.Popen[str], timeout: float) -> float:
+    """SIGTERM a CLI; the seconds it took to exit (killed, and the test failed, past ``timeout``)."""
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the consumer did not stop within {timeout:g}s of SIGTERM")
+    return time.monotonic() - started
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.05) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import signal
 import subprocess
 import time
 import uuid
@@ -23,7 +22,17 @@ from jobq.errors import OutcomeUnknown
 from jobq.transport import NewJob
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher
-from tests.conftest import cli_env, command, fetch, pg_args, run_cli, schema_env, via_proxy, wait_until
+from tests.conftest import (
+    cli_env,
+    command,
+    fetch,
+    pg_args,
+    run_cli,
+    schema_env,
+    stop_cli,
+    via_proxy,
+    wait_until,
+)
 from tests.faultproxy import FaultProxy
 from tests.processors import completions
 
@@ -62,18 +71,6 @@ def faulty_env(schema: str, dsn: str, **extra: str) -> dict[str, str]:
                       JOBQ_CONNECT__TIMEOUT="1", **extra)
 
 
-def stop(proc: subprocess.Popen[str], timeout: float = 20) -> float:
-    """SIGTERM; the seconds it took to exit."""
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"the consumer did not stop within {timeout}s of SIGTERM")
-    return time.monotonic() - started
-
 
 def test_partition_longer_than_the_lease_is_noticed_and_ridden_out(
         pg_dsn: str, schema: str, queue_name: str, pg_proxy: FaultProxy, tmp_path: Path) -> None:
@@ -94,7 +91,7 @@ def test_partition_longer_than_the_lease_is_noticed_and_ridden_out(
             (counts(pg_dsn, schema, queue_name), log.read_text()[-3000:])
     finally:
         pg_proxy.heal()
-        elapsed = stop(proc)
+        elapsed = stop_cli(proc, 20)
     assert proc.returncode == 0, log.read_text()
     assert noticed <= DETECT
     done = collections.Counter(completions(tmp_path / "done"))
@@ -114,7 +111,7 @@ def test_stall_during_shutdown_ends_within_the_stated_bound(
         assert wait_until(lambda: len(completions(tmp_path / "done")) >= 8, 30), log.read_text()
         pg_proxy.stall()
         time.sleep(0.2)  # acks and the next claim are now stuck in the black hole
-        elapsed = stop(proc, timeout=60)
+        elapsed = stop_cli(proc, 60)
     finally:
         pg_proxy.heal()
     # The stated bound (docs/architecture.md, Faults): shutdown_timeout, then the ack flush's
@@ -128,7 +125,7 @@ def test_stall_during_shutdown_ends_within_the_stated_bound(
         assert wait_until(lambda: counts(pg_dsn, schema, queue_name) == {"done": 100}, 40), \
             counts(pg_dsn, schema, queue_name)
     finally:
-        stop(rescuer)
+        stop_cli(rescuer, 20)
     assert len(set(completions(tmp_path / "done"))) == 100
 
 
@@ -149,7 +146,7 @@ def test_reset_in_the_middle_of_ack_batches_loses_nothing(
         assert wait_until(lambda: counts(pg_dsn, schema, queue_name) == {"done": 600}, 40), \
             (counts(pg_dsn, schema, queue_name), log.read_text()[-3000:])
     finally:
-        elapsed = stop(proc)
+        elapsed = stop_cli(proc, 20)
     assert resets == 4 and proc.returncode == 0, log.read_text()
     assert len(set(completions(tmp_path / "done"))) == 600  # duplicates allowed, no loss
     assert elapsed < 10
@@ -192,7 +189,7 @@ def test_read_only_server_is_a_lost_connection_until_writable_again(
         assert wait_until(lambda: counts(direct, "jobq", queue_name) == {"done": 40}, 20), \
             (counts(direct, "jobq", queue_name), log.read_text()[-3000:])
     finally:
-        elapsed = stop(proc)
+        elapsed = stop_cli(proc, 20)
     text = log.read_text()
     assert proc.returncode == 0, text
     assert "receive failed (ConnectionLost: postgres claim: cannot execute UPDATE in a read-only " \

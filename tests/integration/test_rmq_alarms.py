@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import json
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import command, need_tool, wait_until
+from tests.conftest import command, need_tool, stop_cli, wait_until
 from tests.contract.backends import Backend
 from tests.processors import completions
 
@@ -97,18 +96,6 @@ def distinct(directory: Path) -> int:
     return len(set(completions(directory)))
 
 
-def stop(proc: subprocess.Popen[str], timeout: float) -> float:
-    """SIGTERM; the seconds it took to exit (killed and failed past ``timeout``)."""
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"the consumer did not stop within {timeout:g}s of SIGTERM")
-    return time.monotonic() - started
-
 
 def consumer(rabbit: Backend, directory: Path, log: Path, *extra: str) -> subprocess.Popen[str]:
     env = dict(rabbit.env, JOBQ_CONSUMER__SHUTDOWN_TIMEOUT=str(SHUTDOWN_TIMEOUT),
@@ -131,7 +118,7 @@ def survives(kind: str, rabbit: Backend, alarm: Alarm, tmp_path: Path) -> None:
         assert wait_until(lambda: BLOCKED in log.read_text(), 10), log.read_text()[-3000:]
         time.sleep(2)  # retries now wait for the blocked copies' connection
         during = distinct(done)
-        elapsed = stop(proc, BOUND)
+        elapsed = stop_cli(proc, BOUND)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -151,7 +138,7 @@ def finish(rabbit: Backend, tmp_path: Path) -> None:
         assert wait_until(lambda: distinct(done) == JOBS and rabbit.waiting() == 0, 60, step=0.5), \
             (distinct(done), log.read_text()[-3000:])
     finally:
-        stop(rescuer, BOUND)
+        stop_cli(rescuer, BOUND)
     assert rescuer.returncode == 0, log.read_text()[-3000:]
     counts = collections.Counter(completions(done))
     assert len(counts) == JOBS

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import signal
 import subprocess
 import threading
 import time
@@ -22,7 +21,7 @@ from jobq.errors import ConnectionLost, OutcomeUnknown
 from jobq.transport import NewJob
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.publisher import RabbitPublisher
-from tests.conftest import AMQP_URL, command
+from tests.conftest import AMQP_URL, command, stop_cli, wait_until
 from tests.contract.backends import Backend
 from tests.faultproxy import FaultProxy
 from tests.processors import completions
@@ -59,26 +58,6 @@ def consumer(rabbit: Backend, env: dict[str, str], directory: Path, log: Path, *
         stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True, env=env)
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
-
-
-def stop(proc: subprocess.Popen[str], timeout: float = 40) -> float:
-    """SIGTERM; the seconds it took to exit."""
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail(f"the consumer did not stop within {timeout}s of SIGTERM")
-    return time.monotonic() - started
 
 
 def distinct(directory: Path) -> int:
@@ -104,7 +83,7 @@ def test_partition_longer_than_the_heartbeat_is_noticed_and_ridden_out(
         assert wait_until(lambda: rabbit.waiting() == 0, 30, step=0.5), log.read_text()[-3000:]
     finally:
         amqp_proxy.heal()
-        elapsed = stop(proc)
+        elapsed = stop_cli(proc, 40)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert noticed <= DETECT
     assert elapsed < 10
@@ -121,7 +100,7 @@ def test_stall_during_shutdown_ends_within_the_stated_bound(
         assert wait_until(lambda: distinct(done) >= 8, 30), log.read_text()
         amqp_proxy.stall()
         time.sleep(0.2)  # acks and the unstarted jobs' releases now go into the black hole
-        elapsed = stop(proc, timeout=60)
+        elapsed = stop_cli(proc, 60)
     finally:
         amqp_proxy.heal()
     # The stated bound (docs/architecture.md, Network faults and their bounds (RabbitMQ)):
@@ -148,7 +127,7 @@ def test_resets_in_the_middle_of_ack_batches_lose_nothing(
         assert wait_until(lambda: distinct(done) == 600, 40), (distinct(done), log.read_text()[-3000:])
         assert wait_until(lambda: rabbit.waiting() == 0, 30, step=0.5), log.read_text()[-3000:]
     finally:
-        elapsed = stop(proc)
+        elapsed = stop_cli(proc, 40)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert log.read_text().count("lost the RabbitMQ session") >= 3
     duplicates = len(completions(done)) - distinct(done)
