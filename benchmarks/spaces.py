@@ -190,8 +190,7 @@ class RabbitSpace:
             connection = await aio_pika.connect(self.servers.amqp_url)
             async with connection:
                 channel = await connection.channel()
-                for name in (topology.queue, topology.dead,
-                             *(topology.tier_name(d) for d in topology.tiers)):
+                for name in topology.queues():
                     await channel.queue_delete(name)
                 await channel.exchange_delete(topology.dlx)
 

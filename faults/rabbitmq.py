@@ -68,7 +68,8 @@ class RabbitBackend:
         self.vhost = unquote(parts.path[1:]) or "/"
         self._config = ["--config", str(ROOT / "configs" / "rabbitmq.yaml"), "--queue", self.queue]
         tiers = load_settings(ROOT / "configs" / "rabbitmq.yaml", env={}).rabbitmq.retry_tiers
-        self.work = (self.queue, *(f"{self.queue}.retry.{t:g}" for t in tiers))
+        # The work queue, its crash copies waiting to run alone, and its retry tiers.
+        self.work = (self.queue, f"{self.queue}.alone", *(f"{self.queue}.retry.{t:g}" for t in tiers))
         self.dead = f"{self.queue}.dead"
 
     def _env(self) -> dict[str, str]:

@@ -1,8 +1,9 @@
-"""Crash redeliveries on RabbitMQ without a broker: the copy decision, and a marked job run alone."""
+"""Crash redeliveries on RabbitMQ without a broker: the copy decision, and <q>.alone's runs alone."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,35 +34,40 @@ def test_a_marked_one_ran_alone_so_the_crash_counts_until_it_is_dead() -> None:
 
 
 class FakeSession:
-    """A live session: records publishes, acks, cancels and consumes."""
+    """A live session: records publishes and acks; ``<q>.alone`` is a list basic.get pops."""
 
     alive = True
 
     def __init__(self) -> None:
         self.published: list[dict[str, Any]] = []
         self.completed: list[int] = []
-        self.calls: list[str] = []
+        self.alone: list[Any] = []  # what basic.get on q.alone hands out, in order
+        self.gets = 0
         self.consumer_tag: str | None = "ctag-1"
         self.sender = SimpleNamespace(basic_publish=self._publish)
-        self.raw = SimpleNamespace(basic_consume=self._consume)
+        self.raw = SimpleNamespace(basic_get=self._get)
         self.tracker = SimpleNamespace(waiting=False)
         self.holding = False
         self.last_ack = 0.0
         self.wake = asyncio.Event()
+        self._tags = 100
 
     async def _publish(self, body: bytes, **kwargs: Any) -> None:
         self.published.append({"body": body, **kwargs})
+        if kwargs["routing_key"] == "q.alone":  # the copy lands in the alone queue
+            self._tags += 1
+            props = kwargs["properties"]
+            self.alone.append(SimpleNamespace(body=body, header=SimpleNamespace(properties=props),
+                                              delivery=SimpleNamespace(delivery_tag=self._tags,
+                                                                       redelivered=False)))
 
-    async def _consume(self, queue: str, callback: Any) -> Any:
-        self.calls.append("consume")
-        return SimpleNamespace(consumer_tag="ctag-2")
+    async def _get(self, queue: str, *, no_ack: bool, timeout: float) -> Any:
+        assert queue == "q.alone" and not no_ack
+        self.gets += 1
+        return self.alone.pop(0) if self.alone else SimpleNamespace(delivery=Basic.GetEmpty())
 
     def complete(self, tag: int) -> None:
         self.completed.append(tag)
-
-    async def cancel_consumer(self) -> None:
-        self.calls.append("cancel")
-        self.consumer_tag = None
 
 
 def message(tag: int, *, redelivered: bool = False, **headers: Any) -> Any:
@@ -91,47 +97,71 @@ def headers(published: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-async def test_crash_redeliveries_are_copied_forward_not_run() -> None:
+async def test_crash_redeliveries_on_the_work_queue_go_to_the_alone_queue_uncharged() -> None:
     transport, session = await consuming()
     await arrive(transport, session,
                  message(1, redelivered=True, **{"x-jobq-attempt": 2}),  # classic
                  message(2, **{"x-delivery-count": 1}),  # quorum
-                 message(3, redelivered=True, **{"x-jobq-attempt": 2, "x-jobq-isolate": 1}),
-                 message(4, redelivered=True, **{"x-jobq-attempt": 3, "x-jobq-isolate": 1}))
+                 # Marked copies an older jobq put on the work queue: moved, never charged
+                 # (held in a prefetch buffer, they may never have run).
+                 message(3, redelivered=True, **{"x-jobq-attempt": 3, "x-jobq-isolate": 1}),
+                 message(4, **{"x-jobq-attempt": 2, "x-jobq-isolate": 1}))
 
-    assert await transport.receive(10, 0.01) == []  # none of them runs now
+    assert transport._arrived == collections.deque()  # none of them runs from the work queue
     copies = {p["properties"].message_id: p for p in session.published}
-    assert [(copies[f"job-{n}"]["exchange"], copies[f"job-{n}"]["routing_key"]) for n in (1, 2, 3, 4)] == [
-        ("", "q"), ("", "q"), ("", "q"), ("q.dlx", "q")]
-    assert [headers(copies[f"job-{n}"])["x-jobq-attempt"] for n in (1, 2, 3)] == [2, 1, 3]
-    assert all(headers(copies[f"job-{n}"])["x-jobq-isolate"] == 1 for n in (1, 2, 3))
-    dead = headers(copies["job-4"])
-    assert dead["x-jobq-attempts"] == 3 and "x-jobq-isolate" not in dead
-    assert dead["x-jobq-error"].startswith("lost mid-job: killed its consumer while running alone")
+    assert {copies[f"job-{n}"]["routing_key"] for n in (1, 2, 3, 4)} == {"q.alone"}
+    assert [headers(copies[f"job-{n}"])["x-jobq-attempt"] for n in (1, 2, 3, 4)] == [2, 1, 3, 2]
+    assert all(headers(copies[f"job-{n}"])["x-jobq-isolate"] == 1 for n in (1, 2, 3, 4))
     assert sorted(session.completed) == [1, 2, 3, 4]  # each original acked once copied
 
 
-async def test_a_marked_job_is_handed_out_alone_with_the_consumer_cancelled() -> None:
+async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -> None:
     transport, session = await consuming()
     await arrive(transport, session, message(1))
     (plain,) = await transport.receive(10, 0.01)
-    await arrive(transport, session, message(2, **{"x-jobq-isolate": 1}), message(3),
-                 message(4, **{"x-jobq-isolate": 1}))
+    session.alone += [message(5, redelivered=True, **{"x-jobq-isolate": 1}),  # ran alone: charged
+                      message(6, redelivered=True, **{"x-jobq-attempt": 3, "x-jobq-isolate": 1}),
+                      message(7, **{"x-jobq-isolate": 1})]
+    transport._alone.due = True  # as the watcher finds it
+    await arrive(transport, session, message(3))
 
     assert await transport.receive(10, 0.01) == []  # not while another job is out
+    assert session.gets == 0  # nothing taken from q.alone meanwhile: it would wait unstarted
     await transport.ack(plain)
     (alone,) = await transport.receive(10, 0.01)
 
-    assert alone.isolate and alone.job.id == "job-2"
-    assert session.calls == ["cancel"]
-    # The other marked one is handed back (mark and attempt kept): held, it would be charged
-    # for this run's crash.
-    (back,) = session.published
-    assert back["properties"].message_id == "job-4" and headers(back)["x-jobq-isolate"] == 1
+    assert alone.isolate and alone.job.id == "job-7"
+    copies = {p["properties"].message_id: p for p in session.published}
+    assert (copies["job-5"]["routing_key"], headers(copies["job-5"])["x-jobq-attempt"]) == ("q.alone", 2)
+    dead = headers(copies["job-6"])
+    assert copies["job-6"]["exchange"] == "q.dlx" and "x-jobq-isolate" not in dead
+    assert dead["x-jobq-error"].startswith("lost mid-job: killed its consumer while running alone")
     assert await transport.receive(10, 0.01) == []  # nothing else while it runs
     await transport.retry(alone, 0, "failed cleanly")
-    await asyncio.gather(*transport._tasks)
-    assert session.calls == ["cancel", "consume"]
     assert "x-jobq-isolate" not in headers(session.published[-1])  # a clean failure: unmarked
-    (after,) = await transport.receive(10, 0.01)
-    assert after.job.id == "job-3" and not after.isolate
+    assert session.published[-1]["routing_key"] == "q"
+
+    (again,) = await transport.receive(10, 0.01)  # job-5's charged copy, alone too
+    assert again.isolate and (again.job.id, again.job.attempt) == ("job-5", 2)
+    await transport.release(again)  # handed back at shutdown: to q.alone, mark and attempt kept
+    assert session.published[-1]["routing_key"] == "q.alone"
+    session.alone.clear()
+    (after,) = await transport.receive(10, 0.01)  # q.alone empty: back to the work queue
+    assert after.job.id == "job-3" and not after.isolate and not transport._alone.due
+
+
+async def test_alone_copies_due_while_reconnecting_do_not_make_receive_spin() -> None:
+    # Seen in the fault suite: with <q>.alone due and the session lost, receive returned []
+    # without awaiting anything; the pool asked again at once, the event loop never ran the
+    # supervisor again, and the consumer hung (a SIGTERM could not end it).
+    transport, session = await consuming()
+    transport._alone.due = True
+    session.alive = False  # type: ignore[misc]
+    transport._resumed.clear()
+    receiving = asyncio.ensure_future(transport.receive(10, 0.05))
+    ticks = 0
+    for _ in range(20):  # the loop keeps turning while receive waits for a new session
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert not receiving.done() and ticks == 20
+    receiving.cancel()

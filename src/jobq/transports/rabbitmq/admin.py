@@ -78,10 +78,11 @@ class RabbitAdmin:
             await t.declare(channel)
         tiers = ", ".join(t.tier_name(d) for d in t.tiers)
         return (f"RabbitMQ at {self._link.address}: exchange {t.exchange!r} -> {t.queue_type} queue "
-                f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}) declared")
+                f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}; crash "
+                f"copies {t.alone!r}) declared")
 
     async def depth(self) -> Depth:
-        """Messages by state: ready in the work queue, waiting in the retry tiers, dead.
+        """Messages by state: ready (the work and alone queues), in the retry tiers, dead.
 
         ``unacked`` is None: AMQP's passive declare reports only ready messages, and the
         broker-wide unacked count needs the management API; each consumer exports its own
@@ -90,12 +91,12 @@ class RabbitAdmin:
         t = self._topology
         async with self._channel(confirms=False) as channel:
             counts = {}
-            for name in (t.queue, t.dead, *(t.tier_name(d) for d in t.tiers)):
+            for name in t.queues():
                 queue = await channel.declare_queue(name, passive=True)
                 counts[name] = int(queue.declaration_result.message_count or 0)
         retry = sum(counts[t.tier_name(d)] for d in t.tiers)
-        return Depth(depth={"ready": counts[t.queue], "unacked": None, "dead": counts[t.dead],
-                            "retry": retry},
+        ready = counts[t.queue] + counts[t.alone]
+        return Depth(depth={"ready": ready, "unacked": None, "dead": counts[t.dead], "retry": retry},
                      oldest_pending_seconds=None)
 
     async def dead_list(self, limit: int = 100) -> list[DeadJob]:

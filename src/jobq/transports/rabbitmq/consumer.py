@@ -12,10 +12,10 @@ local list that ``receive`` hands out. Settling:
   (``x-delivery-count``), classic ones set ``redelivered``, and either reads as a crash.
   The price: the released job goes to the back of the queue.
 
-A crash redelivery is not run but copied forward marked to run alone (see rmq crashes). A
-marked delivery is handed out only when nothing else is out, and alone; the consumer is
-cancelled while it runs (and other marked ones it holds are handed back), so a crash during
-that run can only be its own.
+A crash redelivery is not run but copied to ``<q>.alone`` (see rmq crashes), which no one
+subscribes to: while it holds copies, the consumer hands out no more work, lets what is out
+settle, and takes them one at a time with basic.get, each handed out alone (see rmq alone), so
+a crash during that run can only be its own.
 
 A lost connection or channel ends the session: buffered deliveries are dropped, later settles
 of its deliveries are ignored (the broker redelivers those messages), and a supervisor
@@ -41,6 +41,7 @@ from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Delivery
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
+from jobq.transports.rabbitmq.alone import POLL, AloneQueue
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
@@ -51,7 +52,7 @@ from jobq.transports.rabbitmq.topology import Topology
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
-ACK_POLLS = 50  # around a run alone: ack_intervals to wait for owed acks to be sent
+ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 
 
@@ -86,11 +87,11 @@ class RabbitTransport:
         self._topology = Topology.configured(settings, queue, self._limits.max_pending)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
-        self._marked: collections.deque[Delivery] = collections.deque()  # to run alone
+        self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
         self._out = 0  # deliveries handed to the pool and not yet settled
-        self._alone: Delivery | None = None  # the marked delivery out on its own
+        self._solo: Delivery | None = None  # the one taken from <q>.alone, out on its own
         self._copying: set[asyncio.Task[None]] = set()  # crash redeliveries being copied forward
-        self._stirred = 0.0  # loop time of the last copy or subscription (see _pause)
+        self._watcher: asyncio.Task[None] | None = None  # looks at <q>.alone (_watch_alone)
         self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
         self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
@@ -132,9 +133,10 @@ class RabbitTransport:
         """Stop consuming, hand back what never reached the pool, flush acks, close channels."""
         self._closing = True
         self._closed.set()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            await asyncio.gather(self._supervisor, return_exceptions=True)
+        for task in (self._supervisor, self._watcher):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         session = self._session
         if session is not None and session.alive:
             await self._stop_consuming(session)
@@ -163,100 +165,91 @@ class RabbitTransport:
         await session.cancel_consumer()
         for _ in range(3):  # deliveries read before the cancel-ok run as aiormq tasks: let them land
             await asyncio.sleep(0)
-        for held in (self._arrived, self._marked):
-            while held and session.alive:
-                with contextlib.suppress(TransportError):
-                    await self._give_back(held.popleft())
+        while self._arrived and session.alive:
+            with contextlib.suppress(TransportError):
+                await self._give_back(self._arrived.popleft())
         session.holding = False
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
-        """Up to ``max_count`` deliveries that arrived; wait up to ``timeout`` for the first."""
+        """Up to ``max_count`` deliveries that arrived; wait up to ``timeout`` for the first.
+
+        While ``<q>.alone`` holds copies, one of them alone instead (see _receive_alone).
+        """
+        if self._takes_alone():
+            solo = await self._receive_alone(timeout)
+            if solo is not None:
+                return solo
         arrived = self._arrived
         if not arrived:
             await self._wait(timeout)
-        if self._marked or self._alone is not None:
-            return await self._receive_alone(timeout)
+            if not arrived and self._takes_alone():  # woken for <q>.alone
+                return await self._receive_alone(timeout) or []
         n = min(max_count, len(arrived))
         self._out += n
         return [arrived.popleft() for _ in range(n)]
 
-    async def _receive_alone(self, timeout: float) -> list[Delivery]:
-        """The next marked delivery, alone, once nothing else is out; [] if that takes too long.
+    def _takes_alone(self) -> bool:
+        """True while ``<q>.alone`` holds copies and a live session can take them.
 
-        Nothing else is handed out meanwhile, so the ones out drain. The consumer is cancelled
-        until it settles and every other marked delivery held is given back (keeping its mark
-        and attempt): held unacked, it would come back redelivered and marked if this run
-        killed the process, and be charged for a crash that is not its own.
+        Never while reconnecting or closing: receive would then return at once, and the pool,
+        asking again at once, would spin and starve the event loop (the supervisor included).
+        """
+        session = self._session
+        return (self._alone.due and not self._closing and session is not None
+                and session.alive)
+
+    async def _receive_alone(self, timeout: float) -> list[Delivery] | None:
+        """The next copy from ``<q>.alone``, once nothing else is out; None once it is empty.
+
+        [] if what is out does not settle within ``timeout`` (nothing more is handed out
+        meanwhile, so it drains). Deliveries of the work queue that arrive meanwhile wait
+        unacked: if the run alone kills the process they come back uncharged (not marked).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._out:  # the one alone included
+        while self._out:  # a run alone included
             if loop.time() >= deadline:
                 return []
             await self._sleep(deadline)  # woken by the settle that leaves none out (_done)
-        if not self._marked:
-            return []  # the session ended meanwhile, or the run alone just settled
-        # Cancel-safe: the delivery stays in _marked (close gives it back) until handed out.
-        session: Session = self._marked[0].handle.session
-        # Copies still being made first: an original not yet acked when this run kills the
-        # process would be copied (and, if marked, charged) a second time.
+        session = self._session
+        if session is None or not session.alive:
+            return None
+        # Copies still being made, and acks owed, first: an original not yet acked when this
+        # run kills the process would come back too, and be copied (or charged) again.
         if self._copying:
             await asyncio.shield(asyncio.gather(*self._copying))
-        await self._pause(session)
-        others = [self._marked.pop() for _ in range(len(self._marked) - 1)]
-        await asyncio.shield(self._spawn(self._give_back_all(others)))
-        await self._acks_sent(session)  # else the originals would come back too, and be charged
-        if not session.alive or not self._marked:
-            return []  # dropped with its session: the broker hands it out again
-        delivery = self._alone = self._marked.popleft()
-        self._out += 1
-        return [delivery]
-
-    async def _pause(self, session: Session) -> None:
-        """Cancel the consumer with nothing on its way: as at close (see _stop_consuming).
-
-        A quorum queue returns a message it sent as the cancel went, counting a delivery, and
-        that message would then read as a crash redelivery of a marked job. So deliveries made
-        room for by acks, or sent for our own copies or a new subscription, get QUIET first.
-        """
-        session.holding = True
-        try:
-            loop = asyncio.get_running_loop()
-            stirred = max(session.last_ack, self._stirred)
-            await asyncio.sleep(max(0.0, stirred + QUIET - loop.time()))
-            await session.cancel_consumer()
-            for _ in range(3):  # deliveries read before the cancel-ok run as aiormq tasks
-                await asyncio.sleep(0)
-        finally:
-            session.holding = False
-            session.wake.set()  # the acks held meanwhile
-
-    async def _give_back_all(self, deliveries: list[Delivery]) -> None:
-        for delivery in deliveries:
-            with contextlib.suppress(TransportError):
-                await self._give_back(delivery)
+        while session.alive and not self._closing:
+            await self._acks_sent(session)
+            try:
+                message = await self._alone.take(session.raw)
+            except ConnectionLost as exc:
+                session.end(f"basic.get failed: {describe(exc)}")
+                return None
+            if message is None:
+                return None
+            delivery = self._delivery(session, message)
+            if delivery.malformed is None:
+                job, props = delivery.job, message.header.properties
+                deliver: Any = message.delivery
+                if crashed(props, deliver.redelivered):
+                    await self._copy_forward(delivery, marked=True)  # it ran alone: charged
+                    continue
+                if job.attempt > job.max_attempts:
+                    await self._exhausted(delivery)
+                    continue
+                delivery.isolate = True
+            self._solo = delivery
+            self._out += 1
+            return [delivery]
+        return None
 
     def _done(self, delivery: Delivery) -> None:
         """``delivery``, handed out, is being settled."""
         self._out -= 1
-        alone = delivery is self._alone
-        if alone:
-            self._alone = None
-            session: Session = delivery.handle.session
-            if session.alive and not self._closing:
-                self._spawn(self._resume(session))
-        if not self._out and (alone or self._marked):
+        if delivery is self._solo:
+            self._solo = None
+        if not self._out and self._alone.due:
             self._wake()
-
-    async def _resume(self, session: Session) -> None:
-        """Consume again after a run alone, once its ack is sent (a crash then is not its own)."""
-        await self._acks_sent(session)
-        if not session.alive or self._closing or session.consumer_tag is not None:
-            return
-        try:
-            await self._subscribe(session)
-        except TransportError as exc:
-            session.end(f"consuming again failed: {describe(exc)}")
 
     async def _acks_sent(self, session: Session) -> None:
         """Until every completed tag's ack is sent (the ack loop sends within ack_interval)."""
@@ -306,7 +299,7 @@ class RabbitTransport:
     async def release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
 
-        An isolate mark stays: the job still has to run alone.
+        One taken from ``<q>.alone`` goes back there, mark and attempt kept.
         """
         try:
             await self._give_back(delivery)
@@ -316,8 +309,8 @@ class RabbitTransport:
     async def _give_back(self, delivery: Delivery) -> None:
         # A release does not wait for a broker that takes no publishes: one release waiting
         # out rabbitmq.publish_timeout is enough to know (shutdown releases them one by one).
-        await self._forward(delivery, "", self._queue, {ATTEMPT: delivery.job.attempt},
-                            patient=False)
+        home = self._alone.name if delivery.isolate else self._queue
+        await self._forward(delivery, "", home, {ATTEMPT: delivery.job.attempt}, patient=False)
 
     async def _forward(self, delivery: Delivery, exchange: str, routing_key: str,
                        headers: dict[str, Any], drop: tuple[str, ...] = (), *,
@@ -432,13 +425,13 @@ class RabbitTransport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         probed = False
-        while not self._arrived and not self._marked:
+        while not self._arrived and not self._takes_alone():
             session = self._session
             if session is None or not session.alive:
                 await self._await_resume(timeout)
                 continue
             await self._sleep(deadline)
-            if self._arrived or self._marked or loop.time() < deadline:
+            if self._arrived or self._takes_alone() or loop.time() < deadline:
                 continue
             # A silent drain probe (--once): if the queue still holds ready messages, give them
             # one more drain_timeout to arrive before the pool believes it is drained.
@@ -479,35 +472,53 @@ class RabbitTransport:
                                  "(reconnecting)") from None
 
     async def _ready_count(self, session: Session) -> int:
+        """Ready messages in the work queue and ``<q>.alone`` (``due`` set if it holds any)."""
         try:
             # On the consuming connection: a blocked one reads nothing, not even a declare.
             with translated("rabbitmq queue depth"):
                 async with asyncio.timeout(self._cfg.publish_timeout):
                     queue = await session.consume.declare_queue(self._queue, passive=True)
+            alone = await self._alone.count(session.consume)
         except (TransportError, TimeoutError):
             return 1  # cannot tell: not drained as far as we know
-        return int(queue.declaration_result.message_count or 0)
+        self._alone.due = self._alone.due or alone > 0
+        return int(queue.declaration_result.message_count or 0) + alone
+
+    async def _watch_alone(self, session: Session) -> None:
+        """Look at ``<q>.alone`` now and every POLL seconds; ``due`` (and a wake) when it holds any.
+
+        A failed look ends nothing: the supervisor watches the session.
+        """
+        while session.alive and not self._closing:
+            if not self._alone.due:
+                with contextlib.suppress(TransportError):
+                    if await self._alone.count(session.consume):
+                        self._alone.due = True
+                        self._wake()
+            await asyncio.sleep(POLL)
+
+    def _delivery(self, session: Session, message: DeliveredMessage) -> Delivery:
+        deliver: Any = message.delivery  # Deliver or GetOk: both have the tag
+        tag: int = deliver.delivery_tag
+        job, problem = decode_message(message.body, message.header.properties, queue=self._queue,
+                                      max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}",
+                                      limits=self._limits)
+        return Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
 
     async def _on_message(self, session: Session, message: DeliveredMessage) -> None:
         if not session.alive:
             return
-        deliver: Any = message.delivery
-        tag: int = deliver.delivery_tag
-        props = message.header.properties
-        job, problem = decode_message(message.body, props, queue=self._queue,
-                                      max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}",
-                                      limits=self._limits)
-        delivery = Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
-        if problem is None:
-            if crashed(props, deliver.redelivered):
-                copying = self._spawn(self._copy_forward(delivery, isolated(props)))
+        delivery = self._delivery(session, message)
+        if delivery.malformed is None:
+            job, props = delivery.job, message.header.properties
+            deliver: Any = message.delivery
+            redelivered: bool = deliver.redelivered
+            # Not run: a crash redelivery (uncharged: it may never have started, see rmq
+            # crashes), or a marked copy an older jobq put back on the work queue.
+            if crashed(props, redelivered) or isolated(props):
+                copying = self._spawn(self._copy_forward(delivery, marked=False))
                 self._copying.add(copying)
                 copying.add_done_callback(self._copying.discard)
-                return
-            if isolated(props):
-                delivery.isolate = True
-                self._marked.append(delivery)
-                self._wake()
                 return
             if job.attempt > job.max_attempts:
                 self._spawn(self._exhausted(delivery))
@@ -527,8 +538,8 @@ class RabbitTransport:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _copy_forward(self, delivery: Delivery, marked: bool) -> None:
-        """A crash redelivery: publish its copy to run alone, or bury it (see rmq crashes)."""
+    async def _copy_forward(self, delivery: Delivery, *, marked: bool) -> None:
+        """A crash redelivery: copy it to ``<q>.alone``, or bury it (see rmq crashes)."""
         job = delivery.job
         copy = crash_copy(job, isolated=marked)
         try:
@@ -539,8 +550,8 @@ class RabbitTransport:
             self._log.info("job %s was in flight when a consumer died or lost its channel; "
                            "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
                            job.max_attempts, ", that crash counted" if marked else "")
-            await self._forward(delivery, "", self._queue, {ATTEMPT: copy.attempt, ISOLATE: 1})
-            self._stirred = asyncio.get_running_loop().time()
+            await self._forward(delivery, "", self._alone.name, {ATTEMPT: copy.attempt, ISOLATE: 1})
+            self._alone.due = True
         except TransportError as exc:
             self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
 
@@ -583,6 +594,7 @@ class RabbitTransport:
             await session.close()
             raise
         self._session = session
+        self._watcher = asyncio.create_task(self._watch_alone(session), name="jobq-rmq-alone")
         self._resumed.set()
         self._log.info("consuming %r on RabbitMQ at %s (%s queue, prefetch %d)", self._queue,
                        link.address, topology.queue_type, self._prefetch)
@@ -592,7 +604,6 @@ class RabbitTransport:
             ok = await session.raw.basic_consume(self._queue,
                                                  functools.partial(self._on_message, session))
         session.consumer_tag = ok.consumer_tag
-        self._stirred = asyncio.get_running_loop().time()
 
     async def _resubscribe(self, session: Session) -> None:
         """The broker cancelled our consumer (queue deleted, leader moved): consume again."""
@@ -618,7 +629,6 @@ class RabbitTransport:
                               len(self._arrived))
             self._resumed.clear()
             self._arrived.clear()
-            self._marked.clear()
             self._wake()
             await session.close()
             async for attempt in backoff.attempts():

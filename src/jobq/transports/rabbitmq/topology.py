@@ -5,6 +5,7 @@
     exchange <exchange> (direct) --<q>--> <q>            work queue (quorum or classic)
     <q> --x-dead-letter-exchange--> <q>.dlx (fanout) --> <q>.dead   (classic)
     <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
+    <q>.alone          crash copies, taken one at a time to run alone (see rmq alone)
 
 Retries wait in per-delay tier queues rather than with a per-message TTL, because an expired
 message only leaves a queue from its head: one long TTL would hold back every shorter one
@@ -94,6 +95,15 @@ class Topology:
         """The dead-letter queue."""
         return f"{self.queue}.dead"
 
+    @property
+    def alone(self) -> str:
+        """The queue of crash copies, each taken with basic.get to run alone (see rmq alone)."""
+        return f"{self.queue}.alone"
+
+    def queues(self) -> tuple[str, ...]:
+        """Every queue serving this jobq queue (for tools that count or delete them all)."""
+        return (self.queue, self.alone, self.dead, *(self.tier_name(d) for d in self.tiers))
+
     def tier_name(self, delay: float) -> str:
         """The retry tier queue holding messages for ``delay`` seconds."""
         return f"{self.queue}.retry.{delay:g}"
@@ -119,6 +129,16 @@ class Topology:
         if self.max_pending > 0:
             args["x-max-length"] = self.max_pending
             args["x-overflow"] = "reject-publish"
+        return args
+
+    def alone_arguments(self) -> dict[str, Any]:
+        """Arguments of the alone queue: the work queue's type and dead-lettering, no length cap
+        (a crash copy must always find room)."""
+        args: dict[str, Any] = {"x-queue-type": self.queue_type, "x-dead-letter-exchange": self.dlx}
+        if self.queue_type == "quorum":
+            if self.delivery_limit > 0:
+                args["x-delivery-limit"] = self.delivery_limit
+            args.update(AT_LEAST_ONCE)
         return args
 
     def dead_arguments(self) -> dict[str, Any]:
@@ -152,6 +172,7 @@ class Topology:
             work = await channel.declare_queue(self.queue, durable=True,
                                                arguments=self.work_arguments())
             await work.bind(exchange, routing_key=self.queue)
+            await channel.declare_queue(self.alone, durable=True, arguments=self.alone_arguments())
             dead = await channel.declare_queue(self.dead, durable=True,
                                                arguments=self.dead_arguments())
             await dead.bind(dlx, routing_key="")
