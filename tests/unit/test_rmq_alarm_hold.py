@@ -57,7 +57,7 @@ async def test_a_retry_while_blocked_is_held_then_sent_once_unblocked() -> None:
     link._set_blocked(False, "")
     await asyncio.sleep(0.05)
     assert sorted(session.completed) == [1, 2]  # each original acked once its copy is confirmed
-    assert sorted(p["routing_key"] for p in session.published) == ["q.alone", "q.retry.1"]  # the copy to run alone
+    assert sorted(p["routing_key"] for p in session.published) == ["q.alone", "q.retry.1"]
     assert session.requeued == [] and not transport._held
 
 
