@@ -213,3 +213,15 @@ def sync_barrier(parties: int, directory: str) -> Any:
         barrier.wait()
 
     return handle
+
+
+async def follow_up(job: Job) -> None:
+    """Transaction mode: a ``parent`` (or ``doomed``) enqueues a ``child`` through job.context;
+    ``doomed`` then fails. A ``child`` does nothing (it only has to exist, or not)."""
+    if job.kind not in ("parent", "doomed"):
+        return
+    from jobq.transport import NewJob
+
+    await job.context.enqueue(NewJob(kind="child", payload={"of": job.id}))
+    if job.kind == "doomed":
+        raise PermanentError("the parent fails after enqueueing its child")

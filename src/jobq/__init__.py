@@ -12,6 +12,7 @@ from jobq.errors import (
     QueueFull,
     Retry,
     TransactionOwned,
+    TransactionRequired,
     TransportError,
     UnknownKind,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "QueueFull",
     "Retry",
     "TransactionOwned",
+    "TransactionRequired",
     "TransportError",
     "UnknownKind",
 ]

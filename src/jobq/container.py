@@ -165,6 +165,7 @@ class Container(containers.DeclarativeContainer):
                 pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
                 concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
+                max_attempts=cfg.retry.max_attempts,
             ),
         ),
         rabbitmq=providers.Singleton(

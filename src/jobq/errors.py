@@ -56,6 +56,10 @@ class TransactionOwned(JobqError):
     """A handler tried to end the job's transaction, or did; jobq ends it with the settle."""
 
 
+class TransactionRequired(JobqError):
+    """A transactional enqueue on a connection that is not inside an open transaction."""
+
+
 class CommitFailed(JobqError):
     """The job's transaction could not commit (a deferred constraint, the session ended, ...)."""
 

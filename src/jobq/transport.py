@@ -82,16 +82,19 @@ class Publisher(Protocol):
         """Flush and disconnect."""
 
     async def enqueue(self, job: NewJob, *, queue: str | None = None,
-                      timeout: float | None = None) -> str:
+                      timeout: float | None = None, connection: object | None = None) -> str:
         """Enqueue one job.
 
         Raises MalformedJob / JobTooLarge for a job that breaks the limits (nothing enqueued),
         and QueueFull when the queue stayed at ``limits.max_pending`` for ``timeout`` seconds
-        (None: ``limits.enqueue_timeout``).
+        (None: ``limits.enqueue_timeout``). ``connection``: the caller's own database
+        connection, inside a transaction the job then commits with (PostgreSQL only; the
+        RabbitMQ publisher refuses it with ConfigError).
         """
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
-                           timeout: float | None = None) -> list[str]:
+                           timeout: float | None = None,
+                           connection: object | None = None) -> list[str]:
         """Enqueue a batch in as few round trips as the backend allows (errors as ``enqueue``)."""
 
 

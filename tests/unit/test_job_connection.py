@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from jobq import TransactionOwned
+from jobq.config import LimitsConfig
 from jobq.transports.postgres.job_connection import JobConnection
+from jobq.transports.postgres.joined import Joined
+from jobq.transports.postgres.sql import Queries
 
 WAY = "use `async with job.context.transaction():` for a savepoint"
 
@@ -40,7 +43,8 @@ class FakeConnection:
 
 def wrapped() -> tuple[Any, FakeConnection]:
     conn = FakeConnection()
-    return JobConnection(conn), conn  # type: ignore[arg-type]
+    joined = Joined(Queries("jobq"), "q", 5, LimitsConfig())
+    return JobConnection(conn, joined), conn  # type: ignore[arg-type]
 
 
 async def test_statements_and_savepoints_pass_through() -> None:

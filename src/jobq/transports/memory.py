@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobq.errors import ConfigError
 from jobq.job import Delivery, Job
 from jobq.transport import NewJob
 
@@ -139,12 +140,15 @@ class MemoryPublisher:
         """Nothing to flush."""
 
     async def enqueue(self, job: NewJob, *, queue: str | None = None,
-                      timeout: float | None = None) -> str:
-        """Add one job (no depth limit: ``timeout`` is accepted and unused)."""
+                      timeout: float | None = None, connection: object | None = None) -> str:
+        """Add one job (no depth limit: ``timeout`` is accepted and unused; no transactions)."""
+        if connection is not None:
+            raise ConfigError("the memory store has no transactions to join", key="transport")
         return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
                               delay=job.delay)
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
-                           timeout: float | None = None) -> list[str]:
+                           timeout: float | None = None,
+                           connection: object | None = None) -> list[str]:
         """Add several jobs."""
-        return [await self.enqueue(job) for job in jobs]
+        return [await self.enqueue(job, connection=connection) for job in jobs]

@@ -5,14 +5,20 @@ failed work as done, and one that rolls it back frees the row while the job stil
 proxy passes everything else through to the ``psycopg.AsyncConnection``: ``execute``,
 ``cursor``, ``pipeline``, and ``transaction()``, which inside the open transaction is a
 savepoint. What it cannot stop (a ``COMMIT`` statement) the transport detects at the settle.
+
+``enqueue`` / ``enqueue_many`` insert follow-up jobs in the same transaction: they exist once
+the job's ack commits, and vanish with the handler's writes when it fails.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jobq.errors import TransactionOwned
+from jobq.transport import NewJob
 from jobq.transports.postgres.claims import Conn
+from jobq.transports.postgres.joined import Joined
 
 HOW = ("jobq commits the job's transaction with its ack, and rolls the handler's writes back "
        "when it fails; use `async with job.context.transaction():` for a savepoint")
@@ -21,10 +27,11 @@ HOW = ("jobq commits the job's transaction with its ack, and rolls the handler's
 class JobConnection:
     """The job's psycopg AsyncConnection; refuses to commit, roll back or close it."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_joined")
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, joined: Joined) -> None:
         object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_joined", joined)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -35,6 +42,17 @@ class JobConnection:
 
     def __repr__(self) -> str:
         return f"<JobConnection of {self._conn!r}>"
+
+    async def enqueue(self, job: NewJob, *, queue: str | None = None) -> str:
+        """Enqueue a follow-up job in the job's transaction: it exists once the ack commits."""
+        (job_id,) = await self.enqueue_many([job], queue=queue)
+        return job_id
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None) -> list[str]:
+        """``enqueue`` for a batch (one statement); the ids in order."""
+        joined: Joined = self._joined
+        return await joined.enqueue_many(self._conn, jobs, queue=queue,
+                                         timeout=joined.limits.enqueue_timeout)
 
     async def commit(self) -> NoReturn:
         """Refused: the job's transaction commits with its ack."""

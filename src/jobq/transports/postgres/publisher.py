@@ -9,12 +9,14 @@ whose id it returns, so a failure before the COMMIT was sent is retried (nothing
 and a COMMIT whose answer was lost is settled by asking the server (``xact_status``) whether
 that transaction committed. Only when it cannot be asked in time is the outcome unknown:
 OutcomeUnknown says so.
+
+With ``connection=`` the jobs go in inside the caller's own transaction instead (see joined.py):
+they exist if and only if it commits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,16 +25,17 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, PostgresConfig
-from jobq.errors import ConnectionLost, MalformedJob, OutcomeUnknown, QueueFull
+from jobq.errors import ConnectionLost, OutcomeUnknown, QueueFull
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
+from jobq.transports.postgres.joined import Joined, columns
 from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.text import nul_free
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 CHUNK = 5000  # rows per INSERT: large enough to amortise the round trip, small enough to stream
-_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # a JSON \u0000 escape, not an escaped backslash
 # Between tries of an enqueue whose connection broke: brisk, a pool reconnects in milliseconds.
 RECONNECT_BACKOFF = Backoff(base=0.05, cap=1.0)
 
@@ -47,9 +50,7 @@ class _NotCommitted(Exception):
 def encode(job: NewJob, limits: LimitsConfig | None = None) -> tuple[str, str]:
     """Payload and headers as JSON text; MalformedJob / JobTooLarge naming what is wrong."""
     payload, headers = encode_new_job(job, limits or LimitsConfig())
-    if _NUL.search(payload) or _NUL.search(headers):
-        raise MalformedJob("payload or headers contain a NUL character (\\u0000), which "
-                           "PostgreSQL cannot store in jsonb")
+    nul_free(payload, headers)
     return payload, headers
 
 
@@ -65,6 +66,12 @@ class PostgresPublisher:
         self._max_attempts = max_attempts
         self._limits = limits or LimitsConfig()
         self._network = settings.network_deadline
+        self._joined = Joined(self._q, queue, max_attempts, self._limits)
+
+    @property
+    def joined(self) -> Joined:
+        """Enqueues on a caller's connection, as this publisher is configured (see joined.py)."""
+        return self._joined
 
     async def open(self) -> None:
         """Check the schema is there (the pool is opened by the container)."""
@@ -75,33 +82,39 @@ class PostgresPublisher:
         """Nothing to flush: every enqueue commits before it returns."""
 
     async def enqueue(self, job: NewJob, *, queue: str | None = None,
-                      timeout: float | None = None) -> str:
-        """Insert one job; return its id. QueueFull if the queue has no room within ``timeout``."""
-        (job_id,) = await self.enqueue_many([job], queue=queue, timeout=timeout)
+                      timeout: float | None = None, connection: object | None = None) -> str:
+        """Insert one job; return its id. QueueFull if the queue has no room within ``timeout``.
+
+        ``connection``: a psycopg ``AsyncConnection`` inside an open transaction; the job is
+        inserted there and exists if and only if that transaction commits (see joined.py).
+        """
+        (job_id,) = await self.enqueue_many([job], queue=queue, timeout=timeout,
+                                            connection=connection)
         return job_id
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
-                           timeout: float | None = None) -> list[str]:
+                           timeout: float | None = None,
+                           connection: object | None = None) -> list[str]:
         """Insert jobs in chunks of one statement each; return their ids in order.
 
         A bad job refuses the whole call before anything is inserted. With max_pending, jobs go
         in, in order, as room allows; a QueueFull raised part-way carries the ids of those that
         went in (``.accepted``): they are queued and will run, the rest were not enqueued.
+        ``connection``: as for ``enqueue``, one statement in the caller's transaction.
         """
-        encoded = [encode(job, self._limits) for job in jobs]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
+        if connection is not None:
+            if not isinstance(connection, psycopg.AsyncConnection):
+                raise TypeError(f"connection must be a psycopg.AsyncConnection (got "
+                                f"{type(connection).__name__}); for a sync one use "
+                                f"jobq.transports.postgres.enqueue_sync")
+            return await self._joined.enqueue_many(connection, jobs, queue=queue, timeout=wait)
+        every = columns(jobs, self._limits, self._max_attempts)  # all checked before any I/O
         deadline = asyncio.get_running_loop().time() + wait
         ids: list[str] = []
         for start in range(0, len(jobs), CHUNK):
-            chunk = jobs[start:start + CHUNK]
-            columns: dict[str, list[Any]] = {
-                "kinds": [job.kind for job in chunk],
-                "payloads": [payload for payload, _ in encoded[start:start + CHUNK]],
-                "headers": [headers for _, headers in encoded[start:start + CHUNK]],
-                "max_attempts": [job.max_attempts or self._max_attempts for job in chunk],
-                "delays": [float(job.delay) for job in chunk],
-            }
-            await self._insert(queue or self._queue, columns, ids, deadline, wait)
+            chunk = {name: values[start:start + CHUNK] for name, values in every.items()}
+            await self._insert(queue or self._queue, chunk, ids, deadline, wait)
         return ids
 
     async def _insert(self, queue: str, columns: dict[str, list[Any]], ids: list[str],

@@ -38,6 +38,7 @@ from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, 
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.job_connection import HOW, JobConnection
+from jobq.transports.postgres.joined import Joined
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
@@ -60,7 +61,7 @@ class PgTransactionTransport:
 
     def __init__(self, pool: Pool, settings: PostgresConfig, connect: ConnectConfig, *, queue: str,
                  concurrency: int, once: bool = False, logger: logging.Logger | None = None,
-                 limits: LimitsConfig | None = None) -> None:
+                 limits: LimitsConfig | None = None, max_attempts: int = 5) -> None:
         self._pool = pool
         self._limits = limits or LimitsConfig()
         self._cfg = settings
@@ -69,6 +70,8 @@ class PgTransactionTransport:
         self._concurrency = concurrency
         self._once = once
         queries = Queries(settings.schema)
+        # job.context.enqueue: follow-up jobs that commit with the job's ack
+        self._joined = Joined(queries, queue, max_attempts, self._limits)
         self._channel = queries.channel
         self._sql = {name: queries[name].as_bytes(None) for name in STATEMENTS}
         self._fail_sql = b"; ".join(queries[name].as_bytes(None)
@@ -385,7 +388,7 @@ class PgTransactionTransport:
             await self._bury(conn, job_id, attempt - 1)
             return None
         delivery = row_to_delivery(row[:7], self._queue, self._limits)
-        delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn))
+        delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined))
         delivery.handle = Claim(conn, job_id, attempt)
         return delivery
 

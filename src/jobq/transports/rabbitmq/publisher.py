@@ -29,7 +29,15 @@ from aiormq.abc import AbstractChannel as RawChannel
 
 from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import ConnectionLost, JobqError, OutcomeUnknown, QueueFull, TransportError, describe
+from jobq.errors import (
+    ConfigError,
+    ConnectionLost,
+    JobqError,
+    OutcomeUnknown,
+    QueueFull,
+    TransportError,
+    describe,
+)
 from jobq.transport import NewJob
 from jobq.transports.rabbitmq.codec import Outgoing, encode_job, new_job_id
 from jobq.transports.rabbitmq.connect import LINK_ERRORS, RabbitLink, describe_amqp, translated
@@ -70,20 +78,28 @@ class RabbitPublisher:
                 await channel.close()
 
     async def enqueue(self, job: NewJob, *, queue: str | None = None,
-                      timeout: float | None = None) -> str:
+                      timeout: float | None = None, connection: object | None = None) -> str:
         """Publish one job and wait for its confirm; return its id."""
-        (job_id,) = await self.enqueue_many([job], queue=queue, timeout=timeout)
+        (job_id,) = await self.enqueue_many([job], queue=queue, timeout=timeout,
+                                            connection=connection)
         return job_id
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
-                           timeout: float | None = None) -> list[str]:
+                           timeout: float | None = None,
+                           connection: object | None = None) -> list[str]:
         """Publish jobs with up to WINDOW confirms outstanding; return their ids in order.
 
         Within ``limits.enqueue_timeout``: a publish that surely never reached the broker (no
         connection, a closed channel) is sent again on a fresh channel with backoff, and one
         a full queue refused is sent again too. A publish sent whose confirm was lost is not
         (the broker may have it): the call ends in ``OutcomeUnknown`` naming those ids.
+        ``connection`` is refused: a broker publish cannot join a database transaction.
         """
+        if connection is not None:
+            raise ConfigError("a transactional enqueue (connection=...) needs the PostgreSQL "
+                              "backend: a RabbitMQ publish cannot join a database transaction; "
+                              "publish after your COMMIT, or keep this queue on PostgreSQL",
+                              key="transport")
         queue = queue or self._queue
         messages = [encode_job(job, job_id=new_job_id(), max_attempts=self._max_attempts,
                                limits=self._limits) for job in jobs]

@@ -1,0 +1,140 @@
+"""Enqueue inside the caller's own transaction: the jobs exist if and only if it commits.
+
+``PostgresPublisher.enqueue(job, connection=conn)`` (psycopg ``AsyncConnection``),
+``enqueue_sync(conn, job, ...)`` (a sync ``psycopg.Connection``: Django, Flask, scripts) and, in
+transaction mode, ``job.context.enqueue(job)`` (follow-ups that commit with the job's ack) run
+the same INSERT as any enqueue on a connection jobq does not own:
+
+- the connection must be inside a transaction (``async with conn.transaction():``, or after a
+  statement with autocommit off): one that is idle, or aborted, is refused with
+  ``TransactionRequired`` and nothing is sent;
+- nothing is retried and nothing committed: the outcome is the caller's transaction's. A
+  statement that fails leaves it aborted, as any failed statement would;
+- the limits are checked before anything is sent; with ``limits.max_pending`` only as many go
+  in as the queue has room for, at once (waiting for room would hold the caller's transaction
+  open), and ``QueueFull`` carries those that went in (``accepted``: they commit with it);
+- the NOTIFY that wakes consumers is sent by the server at COMMIT, never before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from jobq.config import LimitsConfig
+from jobq.errors import ConnectionLost, QueueFull, TransactionRequired
+from jobq.limits import encode_new_job
+from jobq.transport import NewJob
+from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.sql import Queries
+from jobq.transports.postgres.text import nul_free
+
+_STATES = {TransactionStatus.IDLE: "not in a transaction (autocommit, or nothing begun)",
+           TransactionStatus.INERROR: "in a failed transaction (roll it back first)",
+           TransactionStatus.ACTIVE: "running another statement",
+           TransactionStatus.UNKNOWN: "broken"}
+HOW = "open one with `with conn.transaction():` (or `async with`) and enqueue inside it"
+
+
+def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> dict[str, list[Any]]:
+    """The enqueue statement's arrays for ``jobs``; MalformedJob / JobTooLarge before any I/O."""
+    encoded = [encode_new_job(job, limits) for job in jobs]
+    for payload, headers in encoded:
+        nul_free(payload, headers)
+    return {
+        "kinds": [job.kind for job in jobs],
+        "payloads": [payload for payload, _ in encoded],
+        "headers": [headers for _, headers in encoded],
+        "max_attempts": [job.max_attempts or max_attempts for job in jobs],
+        "delays": [float(job.delay) for job in jobs],
+    }
+
+
+def _require_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    status = conn.info.transaction_status
+    if status != TransactionStatus.INTRANS:
+        raise TransactionRequired(f"a transactional enqueue needs a connection inside a "
+                                  f"transaction; this one is {_STATES.get(status, status.name)}: "
+                                  f"{HOW}")
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What an enqueue on a caller's connection needs: the statements, the queue, the limits."""
+
+    queries: Queries
+    queue: str
+    max_attempts: int
+    limits: LimitsConfig
+
+    def _statement(self, queue: str, params: dict[str, Any]) -> tuple[sql.Composed, dict[str, Any]]:
+        cap = self.limits.max_pending
+        if cap:
+            return self.queries["enqueue_bounded"], {"queue": queue, "cap": cap, **params}
+        return self.queries["enqueue"], {"queue": queue, **params}
+
+    def _checked(self, queue: str, wanted: int, rows: list[tuple[Any, ...]]) -> list[str]:
+        ids = [str(row[0]) for row in rows]
+        if len(ids) < wanted:
+            raise QueueFull(f"queue {queue!r} is full: {self.limits.max_pending} jobs pending "
+                            f"(limits.max_pending), no room for {wanted - len(ids)} more; a "
+                            f"transactional enqueue does not wait for room", accepted=tuple(ids))
+        return ids
+
+    async def enqueue_many(self, conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], *,
+                           queue: str | None = None, timeout: float) -> list[str]:
+        """Insert ``jobs`` in ``conn``'s open transaction; their ids (committed with it)."""
+        params = columns(jobs, self.limits, self.max_attempts)
+        _require_transaction(conn)
+        queue = queue or self.queue
+        statement, values = self._statement(queue, params)
+        try:
+            with translated("postgres enqueue (in the caller's transaction)"):
+                async with asyncio.timeout(timeout):
+                    cur = conn.cursor(row_factory=tuple_row)
+                    await cur.execute(statement, values)
+                    rows = await cur.fetchall()
+        except TimeoutError:
+            raise ConnectionLost(f"postgres enqueue (in the caller's transaction): no answer "
+                                 f"within {timeout:g}s (limits.enqueue_timeout); the transaction "
+                                 f"should be rolled back") from None
+        return self._checked(queue, len(jobs), rows)
+
+    def enqueue_many_sync(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], *,
+                          queue: str | None = None) -> list[str]:
+        """``enqueue_many`` for a sync connection (its own timeouts bound the statement)."""
+        params = columns(jobs, self.limits, self.max_attempts)
+        _require_transaction(conn)
+        queue = queue or self.queue
+        statement, values = self._statement(queue, params)
+        with translated("postgres enqueue (in the caller's transaction)"):
+            rows = conn.cursor(row_factory=tuple_row).execute(statement, values).fetchall()
+        return self._checked(queue, len(jobs), rows)
+
+
+def enqueue_sync(conn: psycopg.Connection[Any], job: NewJob, *, queue: str,
+                 schema: str = "jobq", max_attempts: int = 5,
+                 limits: LimitsConfig | None = None) -> str:
+    """Enqueue ``job`` in ``conn``'s open transaction (a sync psycopg connection); its id.
+
+    The job exists if and only if that transaction commits. ``schema``, ``max_attempts`` and
+    ``limits`` as the consumers' config has them (``postgres.schema``, ``retry.max_attempts``).
+    """
+    (job_id,) = enqueue_many_sync(conn, [job], queue=queue, schema=schema,
+                                  max_attempts=max_attempts, limits=limits)
+    return job_id
+
+
+def enqueue_many_sync(conn: psycopg.Connection[Any], jobs: Sequence[NewJob], *, queue: str,
+                      schema: str = "jobq", max_attempts: int = 5,
+                      limits: LimitsConfig | None = None) -> list[str]:
+    """``enqueue_sync`` for a batch: one statement; the ids in order."""
+    joined = Joined(Queries(schema), queue, max_attempts, limits or LimitsConfig())
+    return joined.enqueue_many_sync(conn, jobs)
