@@ -67,6 +67,22 @@ def headers_problem(headers: Mapping[Any, Any]) -> str | None:
     return None
 
 
+MAX_KEY = 255  # characters of a unique key
+
+
+def key_problem(key: object) -> str | None:
+    """Why ``key`` cannot be a unique key (None: it can, or there is none)."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        return f"key must be a non-empty string, got {key!r}"
+    if len(key) > MAX_KEY:
+        return f"key is {len(key)} characters long; at most {MAX_KEY}"
+    if not key.isprintable():
+        return f"key must be printable text (no control characters), got {key[:40]!r}"
+    return None
+
+
 def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) -> tuple[str, str]:
     """``job``'s payload and headers as JSON text, checked against ``limits``.
 
@@ -75,7 +91,7 @@ def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) 
     Raises MalformedJob (bad kind, payload not a JSON object, headers not string to string,
     not serialisable) or JobTooLarge, each naming the problem.
     """
-    problem = kind_problem(job.kind)
+    problem = kind_problem(job.kind) or key_problem(job.key)
     if problem:
         raise MalformedJob(problem)
     if not isinstance(job.payload, Mapping):

@@ -63,13 +63,19 @@ class Transport(Protocol):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewJob:
-    """What a producer enqueues; the backend assigns the id unless one is given."""
+    """What a producer enqueues; the backend assigns the id.
+
+    ``key``: while a job with this key is pending or running in its queue, an enqueue with it
+    inserts nothing and returns that job's id (PostgreSQL; the RabbitMQ publisher refuses a
+    keyed job, see docs/architecture.md, "Unique keys").
+    """
 
     kind: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     max_attempts: int | None = None
     delay: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    key: str | None = None
 
 
 class Publisher(Protocol):

@@ -1,4 +1,4 @@
-"""``connection=`` (a transactional enqueue) is PostgreSQL's alone: the others refuse it loudly."""
+"""Transactional enqueue and unique keys are PostgreSQL's alone: the others refuse them loudly."""
 
 from __future__ import annotations
 
@@ -25,3 +25,10 @@ async def test_the_memory_store_refuses_it_too() -> None:
     with pytest.raises(ConfigError, match="no transactions"):
         await MemoryPublisher(store).enqueue_many([NewJob(kind="k")], connection=object())
     assert not store.entries
+
+
+async def test_the_rabbitmq_publisher_refuses_unique_keys_rather_than_ignore_them() -> None:
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="producer")
+    publisher = RabbitPublisher(link, RabbitConfig(), queue="q", max_attempts=3)
+    with pytest.raises(ConfigError, match="unique keys"):
+        await publisher.enqueue_many([NewJob(kind="k"), NewJob(kind="k", key="a")])

@@ -144,6 +144,8 @@ class MemoryPublisher:
         """Add one job (no depth limit: ``timeout`` is accepted and unused; no transactions)."""
         if connection is not None:
             raise ConfigError("the memory store has no transactions to join", key="transport")
+        if job.key is not None:
+            raise ConfigError("the memory store has no unique keys", key="transport")
         return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
                               delay=job.delay)
 

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from jobq.config import LimitsConfig
-from jobq.errors import ConnectionLost, QueueFull, TransactionRequired
+from jobq.errors import ConfigError, ConnectionLost, QueueFull, TransactionRequired
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.keys import has_keys, insert_keyed, insert_keyed_sync
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import nul_free
 
@@ -54,7 +54,26 @@ def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> 
         "headers": [headers for _, headers in encoded],
         "max_attempts": [job.max_attempts or max_attempts for job in jobs],
         "delays": [float(job.delay) for job in jobs],
+        "keys": [job.key for job in jobs],
     }
+
+
+def statement(queue: str, params: dict[str, list[Any]], cap: int) -> tuple[str, dict[str, Any]]:
+    """Which enqueue statement ``params`` need, and its parameters.
+
+    A batch with unique keys takes enqueue_keyed (keys.py); with ``limits.max_pending`` too it
+    is refused rather than enqueued past the cap or without its keys.
+    """
+    if has_keys(params):
+        if cap:
+            raise ConfigError("unique keys (NewJob.key) cannot be combined with "
+                              "limits.max_pending yet: enqueue keyed jobs on a queue without "
+                              "a cap", key="limits.max_pending")
+        return "enqueue_keyed", {"queue": queue, **params}
+    plain = {name: values for name, values in params.items() if name != "keys"}
+    if cap:
+        return "enqueue_bounded", {"queue": queue, "cap": cap, **plain}
+    return "enqueue", {"queue": queue, **plain}
 
 
 def _require_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
@@ -74,12 +93,6 @@ class Joined:
     max_attempts: int
     limits: LimitsConfig
 
-    def _statement(self, queue: str, params: dict[str, Any]) -> tuple[sql.Composed, dict[str, Any]]:
-        cap = self.limits.max_pending
-        if cap:
-            return self.queries["enqueue_bounded"], {"queue": queue, "cap": cap, **params}
-        return self.queries["enqueue"], {"queue": queue, **params}
-
     def _checked(self, queue: str, wanted: int, rows: list[tuple[Any, ...]]) -> list[str]:
         ids = [str(row[0]) for row in rows]
         if len(ids) < wanted:
@@ -94,12 +107,15 @@ class Joined:
         params = columns(jobs, self.limits, self.max_attempts)
         _require_transaction(conn)
         queue = queue or self.queue
-        statement, values = self._statement(queue, params)
+        name, values = statement(queue, params, self.limits.max_pending)
         try:
             with translated("postgres enqueue (in the caller's transaction)"):
                 async with asyncio.timeout(timeout):
+                    if name == "enqueue_keyed":
+                        ids, _ = await insert_keyed(conn, self.queries, queue, params)
+                        return ids
                     cur = conn.cursor(row_factory=tuple_row)
-                    await cur.execute(statement, values)
+                    await cur.execute(self.queries[name], values)
                     rows = await cur.fetchall()
         except TimeoutError:
             raise ConnectionLost(f"postgres enqueue (in the caller's transaction): no answer "
@@ -113,9 +129,11 @@ class Joined:
         params = columns(jobs, self.limits, self.max_attempts)
         _require_transaction(conn)
         queue = queue or self.queue
-        statement, values = self._statement(queue, params)
+        name, values = statement(queue, params, self.limits.max_pending)
         with translated("postgres enqueue (in the caller's transaction)"):
-            rows = conn.cursor(row_factory=tuple_row).execute(statement, values).fetchall()
+            if name == "enqueue_keyed":
+                return insert_keyed_sync(conn, self.queries, queue, params)
+            rows = conn.cursor(row_factory=tuple_row).execute(self.queries[name], values).fetchall()
         return self._checked(queue, len(jobs), rows)
 
 

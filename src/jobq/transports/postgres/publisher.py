@@ -30,7 +30,8 @@ from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
-from jobq.transports.postgres.joined import Joined, columns
+from jobq.transports.postgres.joined import Joined, columns, statement
+from jobq.transports.postgres.keys import insert_keyed
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import nul_free
 
@@ -110,6 +111,7 @@ class PostgresPublisher:
                                 f"jobq.transports.postgres.enqueue_sync")
             return await self._joined.enqueue_many(connection, jobs, queue=queue, timeout=wait)
         every = columns(jobs, self._limits, self._max_attempts)  # all checked before any I/O
+        statement("", every, self._limits.max_pending)  # keys with a cap: refused now
         deadline = asyncio.get_running_loop().time() + wait
         ids: list[str] = []
         for start in range(0, len(jobs), CHUNK):
@@ -121,13 +123,13 @@ class PostgresPublisher:
                       deadline: float, wait: float) -> None:
         """Insert ``columns`` (appending to ``ids``); with max_pending, as room allows."""
         cap = self._limits.max_pending
-        if not cap:
-            ids.extend(await self._execute("enqueue", {"queue": queue, **columns}, ids, deadline,
-                                           wait))
+        name, params = statement(queue, columns, cap)
+        if name != "enqueue_bounded":
+            ids.extend(await self._execute(name, params, ids, deadline, wait))
             return
         async for _ in QUEUE_FULL_BACKOFF.attempts(until=deadline):
-            got = await self._execute("enqueue_bounded", {"queue": queue, "cap": cap, **columns},
-                                      ids, deadline, wait)
+            name, params = statement(queue, columns, cap)
+            got = await self._execute(name, params, ids, deadline, wait)
             ids.extend(got)
             if len(got) == len(columns["kinds"]):
                 return
@@ -156,19 +158,24 @@ class PostgresPublisher:
     async def _attempt(self, name: str, params: dict[str, Any], deadline: float, wait: float,
                        accepted: list[str]) -> list[str]:
         """One try in a transaction; _NotCommitted when it failed before its COMMIT was sent."""
-        rows: list[Any] = []
+        ids: list[str] = []
+        xid: str | None = None  # of the transaction, once a row went in
         committing = False
         try:
             async with pooled(self._pool, "postgres enqueue", self._network) as conn, \
                     conn.transaction():
-                cur = await conn.execute(self._q[name], params)
-                rows = await cur.fetchall()
+                if name == "enqueue_keyed":
+                    batch = {key: value for key, value in params.items() if key != "queue"}
+                    ids, xid = await insert_keyed(conn, self._q, params["queue"], batch)
+                else:
+                    cur = await conn.execute(self._q[name], params)
+                    rows = await cur.fetchall()
+                    ids, xid = [str(row[0]) for row in rows], (str(rows[0][1]) if rows else None)
                 committing = True  # leaving the block sends COMMIT
         except ConnectionLost as exc:
-            if not committing or not rows:
+            if not committing or xid is None:  # nothing went in (keyed: or only taken keys)
                 raise _NotCommitted(exc) from exc
-            ids = [str(row[0]) for row in rows]
-            status = await self._commit_status(str(rows[0][1]), deadline)
+            status = await self._commit_status(xid, deadline)
             if status == "committed":
                 return ids
             if status == "aborted":
@@ -178,7 +185,7 @@ class PostgresPublisher:
                 f"the server could not tell within {wait:g}s (limits.enqueue_timeout) whether "
                 f"they went in: they may or may not be enqueued ({exc})",
                 accepted=tuple(accepted), maybe=tuple(ids)) from exc
-        return [str(row[0]) for row in rows]
+        return ids
 
     async def _commit_status(self, xid: str, deadline: float) -> str | None:
         """'committed' or 'aborted' as the server knows transaction ``xid``; None if it could

@@ -214,13 +214,14 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     """
     limits = limits or _DEFAULT_LIMITS
     raw_headers = props.headers
-    headers: Mapping[str, Any] = raw_headers if isinstance(raw_headers, Mapping) else {}
+    table = _table(raw_headers)
+    headers: Mapping[str, Any] = {} if table is None else table
     payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
     id_problem, kind_problem_ = _identity(props)
     texts, headers_problem = _user_headers(headers, limits)
     if isinstance(raw_headers, Undecodable):
         headers_problem = f"headers cannot be decoded: {raw_headers.reason}"
-    elif raw_headers is not None and not isinstance(raw_headers, Mapping):
+    elif raw_headers is not None and table is None:
         headers_problem = f"headers are not a table (got {type(raw_headers).__name__})"
     stamp = props.timestamp
     problem = (body_problem or id_problem or kind_problem_ or headers_problem
@@ -247,19 +248,26 @@ def _stamp_problem(stamp: Any) -> str:
     return f"timestamp is not a time (got {type(stamp).__name__})"
 
 
+def _table(headers: object) -> Mapping[str, Any] | None:
+    # pamqp decodes a table as a dict: checked first, an ABC isinstance costs per message.
+    if type(headers) is dict:
+        return headers
+    return headers if isinstance(headers, Mapping) else None
+
+
 def crashed(props: Basic.Properties, redelivered: bool) -> bool:
     """True for a delivery that was in flight when a consumer died or lost its channel."""
     if redelivered:
         return True
-    headers = props.headers
-    count = headers.get(DELIVERY_COUNT) if isinstance(headers, Mapping) else None
+    headers = _table(props.headers)
+    count = headers.get(DELIVERY_COUNT) if headers is not None else None
     return type(count) is int and count > 0
 
 
 def isolated(props: Basic.Properties) -> bool:
     """True for a message marked to run alone (a copy of a crash redelivery)."""
-    headers = props.headers
-    return isinstance(headers, Mapping) and headers.get(ISOLATE) == 1
+    headers = _table(props.headers)
+    return headers is not None and headers.get(ISOLATE) == 1
 
 
 def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:

@@ -100,6 +100,10 @@ class RabbitPublisher:
                               "backend: a RabbitMQ publish cannot join a database transaction; "
                               "publish after your COMMIT, or keep this queue on PostgreSQL",
                               key="transport")
+        if any(job.key is not None for job in jobs):
+            raise ConfigError("unique keys (NewJob.key) need the PostgreSQL backend: a RabbitMQ "
+                              "queue cannot tell whether a job with that key is still waiting; "
+                              "nothing was enqueued", key="transport")
         queue = queue or self._queue
         messages = [encode_job(job, job_id=new_job_id(), max_attempts=self._max_attempts,
                                limits=self._limits) for job in jobs]

@@ -324,6 +324,25 @@ SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
        AS t(kind, payload, headers, max_attempts, delay)
 RETURNING id, pg_current_xact_id()::text;
 
+-- name: enqueue_keyed
+-- enqueue for a batch holding unique keys (migration 6): a job whose key is pending or running
+-- in the queue (or earlier in the same batch) is not inserted. RETURNING gives the inserted
+-- rows' keys, so the caller tells which were skipped and looks their ids up (keyed_ids).
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, key)
+SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
+       now() + make_interval(secs => t.delay), t.key
+  FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
+              %(max_attempts)s::int[], %(delays)s::float8[], %(keys)s::text[])
+       AS t(kind, payload, headers, max_attempts, delay, key)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('pending', 'running')
+    DO NOTHING
+RETURNING id, pg_current_xact_id()::text, key;
+
+-- name: keyed_ids
+-- The jobs holding these keys in the queue, for the keyed enqueues that inserted nothing.
+SELECT key, id FROM {jobs}
+ WHERE queue = %(queue)s AND key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
+
 -- name: xact_status
 -- After a COMMIT whose answer was lost: 'committed', 'aborted', 'in progress' (the server has
 -- not yet noticed the broken connection) or NULL (too old to know).

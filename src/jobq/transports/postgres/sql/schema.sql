@@ -94,3 +94,15 @@ DROP TABLE IF EXISTS {attempts};
 ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS isolate boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS jobs_isolated_idx ON {jobs} (queue, run_at, id)
     WHERE status = 'pending' AND isolate;
+
+-- migration: 6 unique keys
+-- NewJob.key: while a job with a key is pending or running in its queue, an enqueue with the
+-- same key inserts nothing and returns that job's id (queries.sql: enqueue_keyed). The unique
+-- partial index makes that race-free across producers: a concurrent insert of the same key
+-- waits for the first one's transaction and then skips. Jobs without a key (the usual case)
+-- have no entry in it, so it costs their enqueues and settles nothing; picks and heartbeats
+-- stay HOT (they change neither key nor status). Adding the column rewrites no row; building
+-- the index scans the table once and holds writes meanwhile.
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS key text;
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON {jobs} (queue, key)
+    WHERE key IS NOT NULL AND status IN ('pending', 'running');
