@@ -10,8 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -178,3 +179,25 @@ def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.
             return True
         time.sleep(step)
     return False
+
+
+def jobs_table(schema: str) -> sql.Composed:
+    """``<schema>.jobs``, quoted."""
+    return sql.SQL("{}.jobs").format(sql.Identifier(schema))
+
+
+@pytest.fixture
+async def pg_publisher(pg_dsn: str, schema: str, queue_name: str) -> AsyncIterator[Any]:
+    """A PostgresPublisher on the test's schema and queue, with a pool of 4 of its own."""
+    import logging
+
+    from jobq.config import ConnectConfig, PostgresConfig
+    from jobq.transports.postgres.connect import open_pool
+    from jobq.transports.postgres.publisher import PostgresPublisher
+
+    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("jobq.test"))
+    try:
+        yield PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
+                                max_attempts=3)
+    finally:
+        await pool.close()

@@ -7,7 +7,6 @@ the same transaction as your writes" held only for a hand-written INSERT.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -20,40 +19,28 @@ from jobq.transport import NewJob
 from jobq.transports.postgres import enqueue_sync
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher
-from tests.conftest import fetch, pg_args, run_cli, schema_env
-
-
-def jobs(schema: str) -> sql.Composed:
-    return sql.SQL("{}.jobs").format(sql.Identifier(schema))
+from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env
 
 
 def rows(dsn: str, schema: str) -> list[tuple[object, ...]]:
-    return fetch(dsn, sql.SQL("SELECT kind, status, payload FROM {} ORDER BY id").format(jobs(schema)))
+    return fetch(dsn, sql.SQL("SELECT kind, status, payload FROM {} ORDER BY id").format(jobs_table(schema)))
 
 
-@pytest.fixture
-async def publisher(pg_dsn: str, schema: str, queue_name: str) -> AsyncIterator[PostgresPublisher]:
-    pool = await open_pool(pg_dsn, ConnectConfig(), 2, logging.getLogger("jobq.test"))
-    try:
-        yield PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
-                                max_attempts=3)
-    finally:
-        await pool.close()
 
 
 async def test_a_rolled_back_enqueue_never_exists_and_a_committed_one_runs(
-        pg_dsn: str, schema: str, queue_name: str, publisher: PostgresPublisher) -> None:
+        pg_dsn: str, schema: str, queue_name: str, pg_publisher: PostgresPublisher) -> None:
     orders = sql.SQL("{}.orders").format(sql.Identifier(schema))
     fetch(pg_dsn, sql.SQL("CREATE TABLE {} (n int)").format(orders))
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
         with pytest.raises(RuntimeError):
             async with conn.transaction():
                 await conn.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(orders))
-                await publisher.enqueue(NewJob(kind="receipt", payload={"order": 1}), connection=conn)
+                await pg_publisher.enqueue(NewJob(kind="receipt", payload={"order": 1}), connection=conn)
                 raise RuntimeError("the order fails: its job goes with it")
         async with conn.transaction():
             await conn.execute(sql.SQL("INSERT INTO {} VALUES (2)").format(orders))
-            ids = await publisher.enqueue_many(
+            ids = await pg_publisher.enqueue_many(
                 [NewJob(kind="receipt", payload={"order": 2}), NewJob(kind="audit")], connection=conn)
             assert rows(pg_dsn, schema) == []  # not visible before the COMMIT
     assert len(ids) == 2
@@ -66,19 +53,19 @@ async def test_a_rolled_back_enqueue_never_exists_and_a_committed_one_runs(
 
 
 async def test_a_connection_outside_a_transaction_is_refused_and_nothing_is_enqueued(
-        pg_dsn: str, schema: str, publisher: PostgresPublisher) -> None:
+        pg_dsn: str, schema: str, pg_publisher: PostgresPublisher) -> None:
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as auto:
         with pytest.raises(TransactionRequired, match="not in a transaction"):
-            await publisher.enqueue(NewJob(kind="k"), connection=auto)
+            await pg_publisher.enqueue(NewJob(kind="k"), connection=auto)
     async with await psycopg.AsyncConnection.connect(pg_dsn) as idle:  # nothing begun yet
         with pytest.raises(TransactionRequired, match=r"conn\.transaction"):
-            await publisher.enqueue(NewJob(kind="k"), connection=idle)
+            await pg_publisher.enqueue(NewJob(kind="k"), connection=idle)
         with pytest.raises(psycopg.errors.DivisionByZero):
             await idle.execute("SELECT 1/0")
         with pytest.raises(TransactionRequired, match="failed transaction"):
-            await publisher.enqueue(NewJob(kind="k"), connection=idle)
+            await pg_publisher.enqueue(NewJob(kind="k"), connection=idle)
     with pytest.raises(TypeError, match="enqueue_sync"), psycopg.connect(pg_dsn) as sync_conn:
-        await publisher.enqueue(NewJob(kind="k"), connection=sync_conn)
+        await pg_publisher.enqueue(NewJob(kind="k"), connection=sync_conn)
     assert rows(pg_dsn, schema) == []
 
 
@@ -106,8 +93,8 @@ def test_enqueue_sync_commits_and_rolls_back_with_the_callers_transaction(
         with conn.transaction():
             job_id = enqueue_sync(conn, NewJob(kind="kept", payload={"a": 1}), queue=queue_name,
                                   schema=schema, max_attempts=7)
-    assert fetch(pg_dsn, sql.SQL("SELECT id::text, kind, max_attempts FROM {}").format(jobs(schema))) == [
-        (job_id, "kept", 7)]
+    query = sql.SQL("SELECT id::text, kind, max_attempts FROM {}").format(jobs_table(schema))
+    assert fetch(pg_dsn, query) == [(job_id, "kept", 7)]
     with psycopg.connect(pg_dsn, autocommit=True) as auto, pytest.raises(TransactionRequired):
         enqueue_sync(auto, NewJob(kind="k"), queue=queue_name, schema=schema)
 
@@ -119,13 +106,13 @@ def test_follow_ups_through_job_context_commit_with_the_ack_and_vanish_with_a_fa
     assert produce.returncode == 0, produce.stderr
     produce = run_cli("producer", *pg_args(queue_name), "--count", "1", "--kind", "doomed", env=env)
     assert produce.returncode == 0, produce.stderr
-    (ok,), (bad,) = fetch(pg_dsn, sql.SQL("SELECT id::text FROM {} ORDER BY id").format(jobs(schema)))
+    (ok,), (bad,) = fetch(pg_dsn, sql.SQL("SELECT id::text FROM {} ORDER BY id").format(jobs_table(schema)))
 
     ran = run_cli("consumer", *pg_args(queue_name), "-p", "tests.processors:follow_up", "--once",
                   env=env)
     assert ran.returncode == 0, ran.stderr
     children = fetch(pg_dsn, sql.SQL("SELECT payload->>'of', status FROM {} WHERE kind = 'child'")
-                     .format(jobs(schema)))
+                     .format(jobs_table(schema)))
     assert children == [(ok, "done")]  # the failed parent's child was rolled back with it
-    assert fetch(pg_dsn, sql.SQL("SELECT status FROM {} WHERE id = %s").format(jobs(schema)),
+    assert fetch(pg_dsn, sql.SQL("SELECT status FROM {} WHERE id = %s").format(jobs_table(schema)),
                  (int(str(bad)),)) == [("dead",)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -19,33 +18,21 @@ from jobq.transport import NewJob
 from jobq.transports.postgres import enqueue_sync
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher
-from tests.conftest import fetch, pg_args, run_cli, schema_env
-
-
-def table(schema: str) -> sql.Composed:
-    return sql.SQL("{}.jobs").format(sql.Identifier(schema))
+from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env
 
 
 def keyed_rows(dsn: str, schema: str) -> list[tuple[object, ...]]:
-    return fetch(dsn, sql.SQL("SELECT id::text, key, status FROM {} ORDER BY id").format(table(schema)))
+    return fetch(dsn, sql.SQL("SELECT id::text, key, status FROM {} ORDER BY id").format(jobs_table(schema)))
 
 
-@pytest.fixture
-async def publisher(pg_dsn: str, schema: str, queue_name: str) -> AsyncIterator[PostgresPublisher]:
-    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("jobq.test"))
-    try:
-        yield PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
-                                max_attempts=3)
-    finally:
-        await pool.close()
 
 
 async def test_a_taken_key_returns_the_existing_job_until_it_is_done(
-        pg_dsn: str, schema: str, queue_name: str, publisher: PostgresPublisher) -> None:
-    first = await publisher.enqueue(NewJob(kind="report", key="report:42"))
-    again = await publisher.enqueue(NewJob(kind="report", key="report:42", payload={"x": 1}))
+        pg_dsn: str, schema: str, queue_name: str, pg_publisher: PostgresPublisher) -> None:
+    first = await pg_publisher.enqueue(NewJob(kind="report", key="report:42"))
+    again = await pg_publisher.enqueue(NewJob(kind="report", key="report:42", payload={"x": 1}))
     assert again == first
-    ids = await publisher.enqueue_many([NewJob(kind="k", key="a"), NewJob(kind="k"),
+    ids = await pg_publisher.enqueue_many([NewJob(kind="k", key="a"), NewJob(kind="k"),
                                         NewJob(kind="k", key="a"), NewJob(kind="k", key="report:42"),
                                         NewJob(kind="k")])
     assert ids[0] == ids[2] and ids[3] == first and len(set(ids)) == 4
@@ -53,18 +40,18 @@ async def test_a_taken_key_returns_the_existing_job_until_it_is_done(
 
     ran = run_cli("consumer", *pg_args(queue_name), "-p", "noop", "--once", env=schema_env(schema))
     assert ran.returncode == 0, ran.stderr
-    fresh = await publisher.enqueue(NewJob(kind="report", key="report:42"))  # done frees the key
+    fresh = await pg_publisher.enqueue(NewJob(kind="report", key="report:42"))  # done frees the key
     assert fresh != first
     assert [status for job_id, _, status in keyed_rows(pg_dsn, schema) if job_id == fresh] == ["pending"]
 
 
 async def test_concurrent_producers_of_the_same_keys_enqueue_each_once(
-        pg_dsn: str, schema: str, publisher: PostgresPublisher) -> None:
+        pg_dsn: str, schema: str, pg_publisher: PostgresPublisher) -> None:
     keys = [f"order:{n}" for n in range(50)]
 
     async def produce(offset: int) -> list[str]:
         mine = keys[offset:] + keys[:offset]  # each producer in another order
-        got = await publisher.enqueue_many([NewJob(kind="k", key=key) for key in mine])
+        got = await pg_publisher.enqueue_many([NewJob(kind="k", key=key) for key in mine])
         return [got[mine.index(key)] for key in keys]
 
     results = await asyncio.gather(*(produce(offset) for offset in (0, 13, 25, 37)))
@@ -74,23 +61,23 @@ async def test_concurrent_producers_of_the_same_keys_enqueue_each_once(
 
 
 async def test_a_rolled_back_keyed_enqueue_frees_its_key(
-        pg_dsn: str, schema: str, queue_name: str, publisher: PostgresPublisher) -> None:
+        pg_dsn: str, schema: str, queue_name: str, pg_publisher: PostgresPublisher) -> None:
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
         with pytest.raises(RuntimeError):
             async with conn.transaction():
-                await publisher.enqueue(NewJob(kind="k", key="once"), connection=conn)
+                await pg_publisher.enqueue(NewJob(kind="k", key="once"), connection=conn)
                 raise RuntimeError("rolled back")
-    kept = await publisher.enqueue(NewJob(kind="k", key="once"))
+    kept = await pg_publisher.enqueue(NewJob(kind="k", key="once"))
     with psycopg.connect(pg_dsn) as conn, conn.transaction():
         assert enqueue_sync(conn, NewJob(kind="k", key="once"), queue=queue_name, schema=schema) == kept
     assert [key for _, key, _ in keyed_rows(pg_dsn, schema)] == ["once"]
 
 
 async def test_bad_keys_and_keys_with_a_cap_are_refused_before_anything_is_enqueued(
-        pg_dsn: str, schema: str, queue_name: str, publisher: PostgresPublisher) -> None:
+        pg_dsn: str, schema: str, queue_name: str, pg_publisher: PostgresPublisher) -> None:
     for key, problem in (("", "non-empty"), ("x" * 256, "at most 255"), ("a\nb", "printable")):
         with pytest.raises(MalformedJob, match=problem):
-            await publisher.enqueue_many([NewJob(kind="k", key="fine"), NewJob(kind="k", key=key)])
+            await pg_publisher.enqueue_many([NewJob(kind="k", key="fine"), NewJob(kind="k", key=key)])
     pool = await open_pool(pg_dsn, ConnectConfig(), 1, logging.getLogger("jobq.test"))
     capped = PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
                                max_attempts=3, limits=LimitsConfig(max_pending=10))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 from pamqp.commands import Basic
 
@@ -165,3 +165,33 @@ async def test_alone_copies_due_while_reconnecting_do_not_make_receive_spin() ->
         ticks += 1
     assert not receiving.done() and ticks == 20
     receiving.cancel()
+
+
+class CountingEvent(asyncio.Event):
+    """An Event whose wait() is counted; past 1,000 calls something is spinning on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    async def wait(self) -> Literal[True]:
+        self.waits += 1
+        if self.waits > 1000:
+            raise RuntimeError("spinning on a set event")
+        return await super().wait()
+
+
+async def test_a_session_that_ended_before_the_supervisor_noticed_does_not_make_receive_spin() -> None:
+    # Seen in the fault suite: a failed basic.get ended the session; `_resumed` was still set
+    # (the supervisor had not run yet), its wait() returned without yielding, and receive spun.
+    transport, session = await consuming()
+    transport._resumed = resumed = CountingEvent()
+    resumed.set()
+    session.alive = False  # type: ignore[misc]
+    receiving = asyncio.ensure_future(transport.receive(10, 0.05))
+    await asyncio.sleep(0.2)  # the loop turns: receive waits for a live session
+    assert not receiving.done() and resumed.waits < 20
+    session.alive = True  # type: ignore[misc]
+    await transport._on_message(session, message(9))  # type: ignore[arg-type]
+    (delivery,) = await asyncio.wait_for(receiving, 1.0)
+    assert delivery.job.id == "job-9"

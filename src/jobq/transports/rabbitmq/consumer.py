@@ -52,6 +52,7 @@ from jobq.transports.rabbitmq.topology import Topology
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
+RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look again this often
 ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 
@@ -463,10 +464,21 @@ class RabbitTransport:
 
         Waiting here (rather than failing at once) keeps the pool from piling up receive
         failures, whose backoff would otherwise idle it long after the broker is back.
+
+        ``_resumed`` is still set for a moment after a session ends (until the supervisor
+        runs): a set event's wait() returns without yielding, so the wait is for a live
+        session, with a real sleep meanwhile. (Seen in the fault suite: a session ended by a
+        failed basic.get, the receive loop spun on the set event, the supervisor never ran
+        again and SIGTERM could not end the process.)
         """
         try:
             async with asyncio.timeout(max(timeout, RESUME_WAIT)):
-                await self._resumed.wait()
+                while True:
+                    await self._resumed.wait()
+                    session = self._session
+                    if session is not None and session.alive:
+                        return
+                    await asyncio.sleep(RESUME_POLL)
         except TimeoutError:
             raise ConnectionLost(f"not connected to RabbitMQ at {self._link.address} "
                                  "(reconnecting)") from None
