@@ -195,7 +195,8 @@ async def pg_publisher(pg_dsn: str, schema: str, queue_name: str) -> AsyncIterat
     from jobq.transports.postgres.connect import open_pool
     from jobq.transports.postgres.publisher import PostgresPublisher
 
-    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("jobq.test"))
+    pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("jobq.test"),
+                           network_timeout=5.0)
     try:
         yield PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
                                 max_attempts=3)

@@ -78,7 +78,8 @@ async def test_bad_keys_and_keys_with_a_cap_are_refused_before_anything_is_enque
     for key, problem in (("", "non-empty"), ("x" * 256, "at most 255"), ("a\nb", "printable")):
         with pytest.raises(MalformedJob, match=problem):
             await pg_publisher.enqueue_many([NewJob(kind="k", key="fine"), NewJob(kind="k", key=key)])
-    pool = await open_pool(pg_dsn, ConnectConfig(), 1, logging.getLogger("jobq.test"))
+    pool = await open_pool(pg_dsn, ConnectConfig(), 1, logging.getLogger("jobq.test"),
+                           network_timeout=5.0)
     capped = PostgresPublisher(pool, PostgresConfig(dsn=pg_dsn, schema=schema), queue=queue_name,
                                max_attempts=3, limits=LimitsConfig(max_pending=10))
     try:
