@@ -18,7 +18,7 @@ from jobq.transport import NewJob
 from jobq.transports.postgres import enqueue_sync
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher
-from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env
+from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env, start_cli, stop_cli, wait_until
 
 
 def keyed_rows(dsn: str, schema: str) -> list[tuple[object, ...]]:
@@ -89,3 +89,40 @@ async def test_bad_keys_and_keys_with_a_cap_are_refused_before_anything_is_enque
     finally:
         await pool.close()
     assert keyed_rows(pg_dsn, schema) == []
+
+
+async def test_a_key_held_by_a_running_transaction_mode_job_returns_it_without_waiting(
+        pg_dsn: str, schema: str, queue_name: str, pg_publisher: PostgresPublisher) -> None:
+    # Transaction mode marks a job done in the open transaction that runs it: an insert of its
+    # key waited on the unique index for that transaction, the whole run (then inserted a
+    # second job). The look-up first sees it pending and returns its id at once.
+    running = await pg_publisher.enqueue(NewJob(kind="slow", key="nightly"))
+    env = schema_env(schema, JOBQ_POSTGRES__CLAIM="transaction")
+    consumer = start_cli("consumer", *pg_args(queue_name), "-p", "sleep", "-a", "ms=4000", "--once",
+                         env=env)
+    try:
+        taken = sql.SQL("SELECT 1 FROM {} WHERE attempts = 1").format(jobs_table(schema))
+        assert wait_until(lambda: fetch(pg_dsn, taken), 15), "the job never started"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        again = await pg_publisher.enqueue(NewJob(kind="slow", key="nightly"), timeout=10)
+        waited = loop.time() - started
+    finally:
+        stop_cli(consumer, 30)
+    assert again == running and waited < 1.0, waited
+    assert len(keyed_rows(pg_dsn, schema)) == 1
+
+
+def test_a_requeued_dead_job_gives_up_its_key(pg_dsn: str, schema: str, queue_name: str) -> None:
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        dead = enqueue_sync(conn, NewJob(kind="k", key="k1", max_attempts=1), queue=queue_name,
+                            schema=schema)
+    env = schema_env(schema)
+    ran = run_cli("consumer", *pg_args(queue_name), "-p", "fail", "--once", env=env)
+    assert ran.returncode == 0, ran.stderr
+    with psycopg.connect(pg_dsn) as conn, conn.transaction():
+        newer = enqueue_sync(conn, NewJob(kind="k", key="k1"), queue=queue_name, schema=schema)
+    assert newer != dead
+    requeued = run_cli("jobq", "dead", "requeue", "--all", *pg_args(queue_name), env=env)
+    assert requeued.returncode == 0, requeued.stderr  # before: a unique violation, none requeued
+    assert sorted(keyed_rows(pg_dsn, schema)) == sorted([(dead, None, "pending"), (newer, "k1", "pending")])

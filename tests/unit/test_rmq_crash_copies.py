@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -12,7 +13,7 @@ from pamqp.commands import Basic
 from jobq.config import ConnectConfig, RabbitConfig
 from jobq.job import Job
 from jobq.transports.rabbitmq.connect import RabbitLink
-from jobq.transports.rabbitmq.consumer import RabbitTransport
+from jobq.transports.rabbitmq.consumer import SOLO_ROUND, RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy
 
 
@@ -195,3 +196,47 @@ async def test_a_session_that_ended_before_the_supervisor_noticed_does_not_make_
     await transport._on_message(session, message(9))  # type: ignore[arg-type]
     (delivery,) = await asyncio.wait_for(receiving, 1.0)
     assert delivery.job.id == "job-9"
+
+
+async def test_a_receive_cancelled_during_basic_get_gives_the_copy_back() -> None:
+    # A basic.get cancelled half-way closes aiormq's channel when its answer comes; the take
+    # runs as a task of its own and hands a copy it got for a cancelled receive back.
+    transport, session = await consuming()
+    answer = asyncio.Event()
+    plain_get = session._get
+
+    async def slow_get(queue: str, *, no_ack: bool, timeout: float) -> Any:
+        await answer.wait()
+        return await plain_get(queue, no_ack=no_ack, timeout=timeout)
+
+    session.raw = SimpleNamespace(basic_get=slow_get)
+    session.alone.append(message(7, **{"x-jobq-isolate": 1, "x-jobq-attempt": 2}))
+    transport._alone.due = True
+    receiving = asyncio.ensure_future(transport.receive(10, 0.5))
+    await asyncio.sleep(0.01)
+    receiving.cancel()
+    answer.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await receiving
+    await asyncio.gather(*transport._tasks)
+    (back,) = session.published
+    assert back["routing_key"] == "q.alone" and headers(back)["x-jobq-attempt"] == 2
+    assert session.completed == [7] and transport._out == 0  # the original acked, nothing out
+
+
+async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> None:
+    transport, session = await consuming()
+    await arrive(transport, session, message(1), message(2))
+    session.alone += [message(10 + n, **{"x-jobq-isolate": 1}) for n in range(SOLO_ROUND + 2)]
+    transport._alone.due = True
+    solos = []
+    for _ in range(SOLO_ROUND):
+        (solo,) = await transport.receive(10, 0.01)
+        solos.append(solo.job.id)
+        await transport.ack(solo)
+    batch = await transport.receive(10, 0.01)  # the work queue's turn
+    assert [d.job.id for d in batch] == ["job-1", "job-2"] and not any(d.isolate for d in batch)
+    for delivery in batch:
+        await transport.ack(delivery)
+    (solo,) = await transport.receive(10, 0.01)  # then runs alone again
+    assert solo.isolate and solo.job.id == f"job-{10 + SOLO_ROUND}"

@@ -112,7 +112,8 @@ class Joined:
             with translated("postgres enqueue (in the caller's transaction)"):
                 async with asyncio.timeout(timeout):
                     if name == "enqueue_keyed":
-                        ids, _ = await insert_keyed(conn, self.queries, queue, params)
+                        async with conn.transaction():  # a savepoint: all or nothing
+                            ids, _ = await insert_keyed(conn, self.queries, queue, params)
                         return ids
                     cur = conn.cursor(row_factory=tuple_row)
                     await cur.execute(self.queries[name], values)
@@ -132,7 +133,8 @@ class Joined:
         name, values = statement(queue, params, self.limits.max_pending)
         with translated("postgres enqueue (in the caller's transaction)"):
             if name == "enqueue_keyed":
-                return insert_keyed_sync(conn, self.queries, queue, params)
+                with conn.transaction():  # a savepoint: all or nothing
+                    return insert_keyed_sync(conn, self.queries, queue, params)
             rows = conn.cursor(row_factory=tuple_row).execute(self.queries[name], values).fetchall()
         return self._checked(queue, len(jobs), rows)
 

@@ -5,9 +5,14 @@ nothing and gets that job's id (the unique partial index of migration 6 decides,
 concurrent insert of the same key waits for the first transaction, then skips). A key repeated
 within one batch gets the id of its first job. A done or dead job frees its key.
 
-``enqueue_keyed`` inserts what it can and returns the inserted rows' keys; the skipped ones are
-looked up (``keyed_ids``) in the same transaction. A key whose job finished between the two
-statements is free again: it is inserted on the next round (at most ROUNDS).
+The keys are looked up first (``keyed_ids``): a transaction-mode job that is running holds
+its row in an open transaction that already marked it done, so an insert of its key would wait
+for that transaction (the job's whole run) on the unique index; the look-up sees it pending and
+takes its id instead. ``enqueue_keyed`` then inserts the rest and returns the inserted rows'
+keys; the ones it skipped (taken meanwhile) are looked up again in the same transaction. A key
+whose job finished between two statements is free again and inserted on the next round (at
+most ROUNDS). On a caller's connection the whole of it runs in a savepoint, so a batch that
+gives up leaves nothing behind in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -50,6 +55,21 @@ class _Rounds:
         self.xid: str | None = None
         self._got: list[str | None] = []
 
+    def first(self) -> dict[str, Any]:
+        """The keyed_ids parameters for every key of the batch, before any insert."""
+        keys = sorted({key for key in self.params["keys"] if key is not None})
+        return {"queue": self.queue, "keys": keys}
+
+    def held(self, rows: Sequence[tuple[Any, ...]]) -> bool:
+        """Take the ids of keys already held; True if that leaves nothing to insert."""
+        existing = {str(key): str(job_id) for key, job_id in rows}
+        for i in self.positions:
+            key = self.params["keys"][i]
+            if key is not None and key in existing:
+                self.ids[i] = existing[key]
+        self.positions = [i for i in self.positions if self.ids[i] is None]
+        return not self.positions
+
     def insert(self) -> dict[str, Any]:
         """The enqueue_keyed parameters for the positions still without an id."""
         return {"queue": self.queue, **_subset(self.params, self.positions)}
@@ -84,6 +104,9 @@ async def insert_keyed(conn: Any, queries: Queries, queue: str,
     """Enqueue a keyed batch on ``conn`` (inside a transaction); the ids and the xid, if any."""
     rounds = _Rounds(queue, params)
     cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(queries["keyed_ids"], rounds.first())
+    if rounds.held(await cur.fetchall()):
+        return rounds.result(), None
     for _ in range(ROUNDS):
         await cur.execute(queries["enqueue_keyed"], rounds.insert())
         lookup = rounds.inserted(await cur.fetchall())
@@ -101,6 +124,8 @@ def insert_keyed_sync(conn: Any, queries: Queries, queue: str,
     """``insert_keyed`` on a sync connection."""
     rounds = _Rounds(queue, params)
     cur = conn.cursor(row_factory=tuple_row)
+    if rounds.held(cur.execute(queries["keyed_ids"], rounds.first()).fetchall()):
+        return rounds.result()
     for _ in range(ROUNDS):
         lookup = rounds.inserted(cur.execute(queries["enqueue_keyed"], rounds.insert()).fetchall())
         found = [] if lookup is None else cur.execute(queries["keyed_ids"], lookup).fetchall()

@@ -89,11 +89,22 @@ class RabbitAdmin:
         unacked deliveries as ``jobq_in_flight``.
         """
         t = self._topology
+        counts = {t.alone: 0}
         async with self._channel(confirms=False) as channel:
-            counts = {}
             for name in t.queues():
-                queue = await channel.declare_queue(name, passive=True)
-                counts[name] = int(queue.declaration_result.message_count or 0)
+                if name != t.alone:
+                    queue = await channel.declare_queue(name, passive=True)
+                    counts[name] = int(queue.declaration_result.message_count or 0)
+        # Last, on a channel of its own: a topology an older jobq declared has no <q>.alone
+        # until a consumer or `jobq init` of this one runs, and a passive declare of a missing
+        # queue closes its channel.
+        try:
+            async with self._channel(confirms=False) as channel:
+                queue = await channel.declare_queue(t.alone, passive=True)
+                counts[t.alone] = int(queue.declaration_result.message_count or 0)
+        except TransportError as exc:
+            if not isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                raise
         retry = sum(counts[t.tier_name(d)] for d in t.tiers)
         ready = counts[t.queue] + counts[t.alone]
         return Depth(depth={"ready": ready, "unacked": None, "dead": counts[t.dead], "retry": retry},

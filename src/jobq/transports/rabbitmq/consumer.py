@@ -54,6 +54,7 @@ QUIET = 0.05  # at close: time for deliveries made room for by the last acks to 
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look again this often
 ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
+SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 
 
@@ -91,13 +92,14 @@ class RabbitTransport:
         self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
         self._out = 0  # deliveries handed to the pool and not yet settled
         self._solo: Delivery | None = None  # the one taken from <q>.alone, out on its own
+        self._solos = 0  # runs alone since work from the work queue was last handed out
         self._copying: set[asyncio.Task[None]] = set()  # crash redeliveries being copied forward
         self._watcher: asyncio.Task[None] | None = None  # looks at <q>.alone (_watch_alone)
         self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
         self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
         self._supervisor: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self._closed = asyncio.Event()  # set when close() begins: copies held for an alarm end
         self._held: set[Handle] = set()  # originals whose copy waits for unblocked (_hold)
@@ -167,8 +169,7 @@ class RabbitTransport:
         for _ in range(3):  # deliveries read before the cancel-ok run as aiormq tasks: let them land
             await asyncio.sleep(0)
         while self._arrived and session.alive:
-            with contextlib.suppress(TransportError):
-                await self._give_back(self._arrived.popleft())
+            await self._give_back_quietly(self._arrived.popleft())
         session.holding = False
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
@@ -176,17 +177,21 @@ class RabbitTransport:
 
         While ``<q>.alone`` holds copies, one of them alone instead (see _receive_alone).
         """
-        if self._takes_alone():
+        arrived = self._arrived
+        # SOLO_ROUND runs alone in a row at most while work waits: it is held unacked
+        # meanwhile, and the broker's consumer_timeout counts for it too.
+        if self._takes_alone() and not (self._solos >= SOLO_ROUND and arrived):
             solo = await self._receive_alone(timeout)
             if solo is not None:
                 return solo
-        arrived = self._arrived
         if not arrived:
             await self._wait(timeout)
             if not arrived and self._takes_alone():  # woken for <q>.alone
                 return await self._receive_alone(timeout) or []
         n = min(max_count, len(arrived))
         self._out += n
+        if n:
+            self._solos = 0
         return [arrived.popleft() for _ in range(n)]
 
     def _takes_alone(self) -> bool:
@@ -219,6 +224,35 @@ class RabbitTransport:
         # run kills the process would come back too, and be copied (or charged) again.
         if self._copying:
             await asyncio.shield(asyncio.gather(*self._copying))
+        wanted = [True]  # False once this receive is cancelled (shutdown)
+        taking = asyncio.ensure_future(self._take_alone(session, wanted))
+        self._tasks.add(taking)
+        taking.add_done_callback(self._tasks.discard)
+        try:
+            delivery = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            wanted[0] = False  # a copy the take still gets, it gives back
+            if taking.done() and not taking.cancelled() and taking.exception() is None:
+                taken = taking.result()
+                if taken is not None:  # taken as the cancel came: back to <q>.alone
+                    self._spawn(self._give_back_quietly(taken))
+            raise
+        if delivery is None:
+            return None
+        self._solo = delivery
+        self._out += 1
+        self._solos += 1
+        return [delivery]
+
+    async def _take_alone(self, session: Session, wanted: list[bool]) -> Delivery | None:
+        """basic.get until a copy is to run (crashed ones charged or buried on the way); None
+        once ``<q>.alone`` is empty or the session ended.
+
+        A task of its own, which a cancelled receive does not cancel: a basic.get cancelled
+        half-way closes the channel when its answer comes (aiormq has no getter for it), and a
+        copy forwarded half-way would be forwarded twice. A copy taken for a receive that was
+        cancelled meanwhile goes back to ``<q>.alone``, mark and attempt kept.
+        """
         while session.alive and not self._closing:
             await self._acks_sent(session)
             try:
@@ -239,10 +273,15 @@ class RabbitTransport:
                     await self._exhausted(delivery)
                     continue
                 delivery.isolate = True
-            self._solo = delivery
-            self._out += 1
-            return [delivery]
+            if not wanted[0]:
+                await self._give_back_quietly(delivery)
+                return None
+            return delivery
         return None
+
+    async def _give_back_quietly(self, delivery: Delivery) -> None:
+        with contextlib.suppress(TransportError):
+            await self._give_back(delivery)
 
     def _done(self, delivery: Delivery) -> None:
         """``delivery``, handed out, is being settled."""

@@ -328,18 +328,23 @@ RETURNING id, pg_current_xact_id()::text;
 -- enqueue for a batch holding unique keys (migration 6): a job whose key is pending or running
 -- in the queue (or earlier in the same batch) is not inserted. RETURNING gives the inserted
 -- rows' keys, so the caller tells which were skipped and looks their ids up (keyed_ids).
+-- Keys go in sorted, so two producers inserting the same keys lock them in the same order
+-- (no deadlock); rows without a key keep their order among themselves, after the keyed ones.
 INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, key)
 SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
        now() + make_interval(secs => t.delay), t.key
   FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
-              %(max_attempts)s::int[], %(delays)s::float8[], %(keys)s::text[])
-       AS t(kind, payload, headers, max_attempts, delay, key)
+              %(max_attempts)s::int[], %(delays)s::float8[], %(keys)s::text[]) WITH ORDINALITY
+       AS t(kind, payload, headers, max_attempts, delay, key, ord)
+ ORDER BY t.key NULLS LAST, t.ord
     ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
 RETURNING id, pg_current_xact_id()::text, key;
 
 -- name: keyed_ids
--- The jobs holding these keys in the queue, for the keyed enqueues that inserted nothing.
+-- The jobs holding these keys in the queue: looked up before the insert (a transaction-mode job
+-- running right now is still pending to others, and an insert of its key would wait for its
+-- transaction, the whole run), and after it for the keys the insert skipped.
 SELECT key, id FROM {jobs}
  WHERE queue = %(queue)s AND key = ANY(%(keys)s::text[]) AND status IN ('pending', 'running');
 
@@ -397,10 +402,12 @@ SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
 
 -- name: dead_requeue
 -- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
+-- A requeued job gives up its unique key (migration 6): another job may hold it by now, or
+-- several dead ones share it, and the requeue is the operator's explicit "run these again".
 WITH requeued AS (
     UPDATE {jobs}
        SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL,
-           last_error = NULL, locked_until = NULL, locked_by = NULL
+           last_error = NULL, locked_until = NULL, locked_by = NULL, key = NULL
      WHERE queue = %(queue)s AND status = 'dead'
        AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
        AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
