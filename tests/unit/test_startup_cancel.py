@@ -41,3 +41,4 @@ async def test_cancelling_start_up_stops_the_connecting_and_prints_nothing(trans
     await asyncio.sleep(0.1)  # any callback of a half-built provider would run now
     loop.set_exception_handler(None)
     assert reported == []
+
