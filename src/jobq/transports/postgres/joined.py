@@ -58,17 +58,23 @@ def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> 
     }
 
 
+def refuse_keys_with_cap(params: dict[str, list[Any]], cap: int) -> None:
+    """ConfigError for a batch with unique keys on a queue with ``limits.max_pending``: it is
+    refused rather than enqueued past the cap or without its keys."""
+    if cap and has_keys(params):
+        raise ConfigError("unique keys (NewJob.key) cannot be combined with limits.max_pending "
+                          "yet: enqueue keyed jobs on a queue without a cap",
+                          key="limits.max_pending")
+
+
 def statement(queue: str, params: dict[str, list[Any]], cap: int) -> tuple[str, dict[str, Any]]:
     """Which enqueue statement ``params`` need, and its parameters.
 
-    A batch with unique keys takes enqueue_keyed (keys.py); with ``limits.max_pending`` too it
-    is refused rather than enqueued past the cap or without its keys.
+    A batch with unique keys takes enqueue_keyed (keys.py), never with a cap
+    (refuse_keys_with_cap).
     """
+    refuse_keys_with_cap(params, cap)
     if has_keys(params):
-        if cap:
-            raise ConfigError("unique keys (NewJob.key) cannot be combined with "
-                              "limits.max_pending yet: enqueue keyed jobs on a queue without "
-                              "a cap", key="limits.max_pending")
         return "enqueue_keyed", {"queue": queue, **params}
     plain = {name: values for name, values in params.items() if name != "keys"}
     if cap:
@@ -113,7 +119,7 @@ class Joined:
                 async with asyncio.timeout(timeout):
                     if name == "enqueue_keyed":
                         async with conn.transaction():  # a savepoint: all or nothing
-                            ids, _ = await insert_keyed(conn, self.queries, queue, params)
+                            ids, _ = await insert_keyed(conn, self.queries, values)
                         return ids
                     cur = conn.cursor(row_factory=tuple_row)
                     await cur.execute(self.queries[name], values)
@@ -134,7 +140,7 @@ class Joined:
         with translated("postgres enqueue (in the caller's transaction)"):
             if name == "enqueue_keyed":
                 with conn.transaction():  # a savepoint: all or nothing
-                    return insert_keyed_sync(conn, self.queries, queue, params)
+                    return insert_keyed_sync(conn, self.queries, values)
             rows = conn.cursor(row_factory=tuple_row).execute(self.queries[name], values).fetchall()
         return self._checked(queue, len(jobs), rows)
 

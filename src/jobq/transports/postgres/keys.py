@@ -47,10 +47,10 @@ def _placed(keys: Sequence[str | None], rows: Sequence[tuple[Any, ...]]) -> list
 class _Rounds:
     """The bookkeeping of one keyed enqueue, round by round (no I/O: both drivers share it)."""
 
-    def __init__(self, queue: str, params: dict[str, list[Any]]) -> None:
-        self.queue = queue
-        self.params = params
-        self.ids: list[str | None] = [None] * len(params["kinds"])
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.queue: str = params["queue"]
+        self.params: dict[str, list[Any]] = {k: v for k, v in params.items() if k != "queue"}
+        self.ids: list[str | None] = [None] * len(self.params["kinds"])
         self.positions = list(range(len(self.ids)))  # still without an id
         self.xid: str | None = None
         self._got: list[str | None] = []
@@ -99,10 +99,13 @@ class _Rounds:
                               f"times in a row; nothing was enqueued for them")
 
 
-async def insert_keyed(conn: Any, queries: Queries, queue: str,
-                       params: dict[str, list[Any]]) -> tuple[list[str], str | None]:
-    """Enqueue a keyed batch on ``conn`` (inside a transaction); the ids and the xid, if any."""
-    rounds = _Rounds(queue, params)
+async def insert_keyed(conn: Any, queries: Queries,
+                       params: dict[str, Any]) -> tuple[list[str], str | None]:
+    """Enqueue a keyed batch on ``conn`` (inside a transaction); the ids and the xid, if any.
+
+    ``params``: enqueue_keyed's, the queue and the batch's arrays (joined.statement).
+    """
+    rounds = _Rounds(params)
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(queries["keyed_ids"], rounds.first())
     if rounds.held(await cur.fetchall()):
@@ -119,10 +122,9 @@ async def insert_keyed(conn: Any, queries: Queries, queue: str,
     raise rounds.exhausted()
 
 
-def insert_keyed_sync(conn: Any, queries: Queries, queue: str,
-                      params: dict[str, list[Any]]) -> list[str]:
+def insert_keyed_sync(conn: Any, queries: Queries, params: dict[str, Any]) -> list[str]:
     """``insert_keyed`` on a sync connection."""
-    rounds = _Rounds(queue, params)
+    rounds = _Rounds(params)
     cur = conn.cursor(row_factory=tuple_row)
     if rounds.held(cur.execute(queries["keyed_ids"], rounds.first()).fetchall()):
         return rounds.result()

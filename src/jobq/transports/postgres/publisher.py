@@ -30,7 +30,7 @@ from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
-from jobq.transports.postgres.joined import Joined, columns, statement
+from jobq.transports.postgres.joined import Joined, columns, refuse_keys_with_cap, statement
 from jobq.transports.postgres.keys import insert_keyed
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import nul_free
@@ -111,7 +111,7 @@ class PostgresPublisher:
                                 f"jobq.transports.postgres.enqueue_sync")
             return await self._joined.enqueue_many(connection, jobs, queue=queue, timeout=wait)
         every = columns(jobs, self._limits, self._max_attempts)  # all checked before any I/O
-        statement("", every, self._limits.max_pending)  # keys with a cap: refused now
+        refuse_keys_with_cap(every, self._limits.max_pending)  # now, not after a first chunk
         deadline = asyncio.get_running_loop().time() + wait
         ids: list[str] = []
         for start in range(0, len(jobs), CHUNK):
@@ -165,8 +165,7 @@ class PostgresPublisher:
             async with pooled(self._pool, "postgres enqueue", self._network) as conn, \
                     conn.transaction():
                 if name == "enqueue_keyed":
-                    batch = {key: value for key, value in params.items() if key != "queue"}
-                    ids, xid = await insert_keyed(conn, self._q, params["queue"], batch)
+                    ids, xid = await insert_keyed(conn, self._q, params)
                 else:
                     cur = await conn.execute(self._q[name], params)
                     rows = await cur.fetchall()

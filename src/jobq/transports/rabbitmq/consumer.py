@@ -31,7 +31,7 @@ import functools
 import logging
 from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from aiormq.abc import DeliveredMessage
 
@@ -49,6 +49,8 @@ from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
 from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.topology import Topology
+
+T = TypeVar("T")
 
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
@@ -91,7 +93,6 @@ class RabbitTransport:
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
         self._out = 0  # deliveries handed to the pool and not yet settled
-        self._solo: Delivery | None = None  # the one taken from <q>.alone, out on its own
         self._solos = 0  # runs alone since work from the work queue was last handed out
         self._copying: set[asyncio.Task[None]] = set()  # crash redeliveries being copied forward
         self._watcher: asyncio.Task[None] | None = None  # looks at <q>.alone (_watch_alone)
@@ -225,9 +226,7 @@ class RabbitTransport:
         if self._copying:
             await asyncio.shield(asyncio.gather(*self._copying))
         wanted = [True]  # False once this receive is cancelled (shutdown)
-        taking = asyncio.ensure_future(self._take_alone(session, wanted))
-        self._tasks.add(taking)
-        taking.add_done_callback(self._tasks.discard)
+        taking = self._spawn(self._take_alone(session, wanted))
         try:
             delivery = await asyncio.shield(taking)
         except asyncio.CancelledError:
@@ -239,7 +238,6 @@ class RabbitTransport:
             raise
         if delivery is None:
             return None
-        self._solo = delivery
         self._out += 1
         self._solos += 1
         return [delivery]
@@ -283,11 +281,9 @@ class RabbitTransport:
         with contextlib.suppress(TransportError):
             await self._give_back(delivery)
 
-    def _done(self, delivery: Delivery) -> None:
-        """``delivery``, handed out, is being settled."""
+    def _done(self) -> None:
+        """A delivery handed out is being settled."""
         self._out -= 1
-        if delivery is self._solo:
-            self._solo = None
         if not self._out and self._alone.due:
             self._wake()
 
@@ -300,7 +296,7 @@ class RabbitTransport:
 
     async def ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
-        self._done(delivery)
+        self._done()
         handle: Handle = delivery.handle
         if handle.session.alive:
             handle.session.complete(handle.tag)
@@ -319,14 +315,14 @@ class RabbitTransport:
                 ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
                 "x-jobq-last-error": reason}, drop=(ISOLATE,))
         finally:
-            self._done(delivery)
+            self._done()
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
         try:
             await self._bury(delivery, reason)
         finally:
-            self._done(delivery)
+            self._done()
 
     async def _bury(self, delivery: Delivery, reason: str) -> None:
         job = delivery.job
@@ -344,7 +340,7 @@ class RabbitTransport:
         try:
             await self._give_back(delivery)
         finally:
-            self._done(delivery)
+            self._done()
 
     async def _give_back(self, delivery: Delivery) -> None:
         # A release does not wait for a broker that takes no publishes: one release waiting
@@ -582,7 +578,7 @@ class RabbitTransport:
         """``_spawn`` without handing the task back (for callbacks whose result is awaited)."""
         self._spawn(work)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``work`` in the background; close() waits for it."""
         task = asyncio.create_task(work)
         self._tasks.add(task)
