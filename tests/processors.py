@@ -225,3 +225,28 @@ async def follow_up(job: Job) -> None:
     await job.context.enqueue(NewJob(kind="child", payload={"of": job.id}))
     if job.kind == "doomed":
         raise PermanentError("the parent fails after enqueueing its child")
+
+
+def due_record(directory: str) -> Any:
+    """Record ``id attempt time`` for each run; a job whose payload has ``retry`` fails its first
+    attempt with ``Retry(delay=payload["retry"])`` (delayed retries are timed too)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.runs").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        out.write(f"{job.id} {job.attempt} {time.time():.6f}\n")
+        if "retry" in job.payload and job.attempt == 1:
+            raise Retry(delay=float(job.payload["retry"]), reason="timed retry")
+
+    return handle
+
+
+def runs(directory: str | Path) -> list[tuple[str, int, float]]:
+    """Every run ``due_record`` recorded under ``directory``: (id, attempt, epoch time)."""
+    found = []
+    for file in Path(directory).glob("*.runs"):
+        for line in file.read_text().splitlines():
+            job_id, attempt, at = line.split()
+            found.append((job_id, int(attempt), float(at)))
+    return found

@@ -12,6 +12,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobq.errors import ConfigError, MalformedJob, QueueFull, TransportError
@@ -120,6 +121,32 @@ def consumer_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _delay(text: str) -> float:
+    from jobq.due import delay_problem
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    problem = delay_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def _run_at(text: str) -> datetime:
+    from jobq.due import run_at_problem
+
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    problem = run_at_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def producer_parser() -> argparse.ArgumentParser:
     """The ``producer`` argument parser."""
     p = argparse.ArgumentParser(prog="producer", description="Enqueue generated jobs.")
@@ -132,7 +159,12 @@ def producer_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", default="demo")
     p.add_argument("--batch", type=int, default=1000, help="jobs per enqueue call at most")
     p.add_argument("--max-attempts", type=int)
-    p.add_argument("--delay", type=float, default=0.0, help="seconds before the jobs are due")
+    due = p.add_mutually_exclusive_group()
+    due.add_argument("--delay", type=_delay, default=0.0,
+                     help="seconds before the jobs are due (e.g. 0.3, 90)")
+    due.add_argument("--run-at", type=_run_at, metavar="TIME",
+                     help="when the jobs are due: an ISO 8601 time with its offset, e.g. "
+                          "2026-12-24T18:00:00+01:00 or ...Z (a time in the past: now)")
     p.add_argument("--stamp", action="store_true",
                    help="put the send time (epoch seconds) in each payload as sent_at")
     return p

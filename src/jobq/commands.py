@@ -156,7 +156,8 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
     def make(first: int, size: int) -> list[NewJob]:
         stamp = time.time() if args.stamp else None  # the moment these jobs are handed over
         return [NewJob(kind=args.kind, payload=_payload(first + i, args.payload_size, stamp),
-                       max_attempts=args.max_attempts, delay=args.delay) for i in range(size)]
+                       max_attempts=args.max_attempts, delay=args.delay,
+                       run_at=args.run_at) for i in range(size)]
 
     lag = ""
     async with wired(settings) as container:

@@ -144,7 +144,8 @@ class RabbitConfig:
     # keeps a dead queue an older jobq declared so (docs/rabbitmq-versions.md says what to do).
     dead_queue_type: Literal["classic", "quorum"] = "classic"
     prefetch: int = 0  # 0: concurrency + buffer
-    retry_tiers: list[float] = field(default_factory=lambda: [1.0, 5.0, 30.0, 300.0])
+    retry_tiers: list[float] = field(
+        default_factory=lambda: [1.0, 5.0, 30.0, 300.0, 3600.0, 86400.0])
     # Quorum queues only: redeliveries of one message (crashes, lost connections) after which
     # the broker dead-letters it by itself, the last guard behind jobq's own attempt count.
     # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobq.config import LimitsConfig
+from jobq.due import due_problem
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.transport import NewJob
 
@@ -88,10 +89,10 @@ def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) 
 
     ``compact`` leaves out the spaces after separators (RabbitMQ sends that text as the body);
     the limits apply to the spaced text either way, so a job fits on both backends or neither.
-    Raises MalformedJob (bad kind, payload not a JSON object, headers not string to string,
-    not serialisable) or JobTooLarge, each naming the problem.
+    Raises MalformedJob (bad kind, key, delay or run_at, payload not a JSON object, headers not
+    string to string, not serialisable) or JobTooLarge, each naming the problem.
     """
-    problem = kind_problem(job.kind) or key_problem(job.key)
+    problem = kind_problem(job.kind) or key_problem(job.key) or due_problem(job)
     if problem:
         raise MalformedJob(problem)
     if not isinstance(job.payload, Mapping):

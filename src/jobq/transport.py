@@ -65,6 +65,9 @@ class Transport(Protocol):
 class NewJob:
     """What a producer enqueues; the backend assigns the id.
 
+    ``delay`` (seconds) or ``run_at`` (an aware datetime; a time in the past means now): not
+    before then, on either backend (docs/architecture.md, "Time").
+
     ``key``: while a job with this key is pending or running in its queue, an enqueue with it
     inserts nothing and returns that job's id (PostgreSQL; the RabbitMQ publisher refuses a
     keyed job, see docs/architecture.md, "Unique keys").
@@ -76,6 +79,7 @@ class NewJob:
     delay: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
     key: str | None = None
+    run_at: datetime | None = None
 
 
 class Publisher(Protocol):

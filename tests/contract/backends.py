@@ -19,7 +19,7 @@ from psycopg import sql
 
 from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, run_cli, start_cli
 
-DEFAULT_TIERS = (1, 5, 30, 300)
+DEFAULT_TIERS = (1, 5, 30, 300, 3600, 86400)  # configs/rabbitmq.yaml
 
 
 @dataclass

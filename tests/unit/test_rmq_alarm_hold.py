@@ -48,7 +48,7 @@ async def test_a_retry_while_blocked_is_held_then_sent_once_unblocked() -> None:
     await transport._on_message(session, message(2, **{"x-delivery-count": 1}))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
 
-    await transport.retry(delivery, 0.2, "failed")  # returns at once: the worker goes on
+    await transport.retry(delivery, 1.5, "failed")  # returns at once: the worker goes on
     await asyncio.sleep(0.3)  # past publish_timeout: still held, never nacked
     assert session.requeued == [] and session.published == [] and session.completed == []
     # The crash redelivery's copy forward is held too (no nack, no loop of redeliveries).

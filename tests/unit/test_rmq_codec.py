@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pamqp.commands import Basic
+from pamqp.header import ContentHeader
 
 from jobq.config import LimitsConfig
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import crashed, decode, encode_job, isolated, republish
+from jobq.transports.rabbitmq.codec import crashed, decode, due_at, encode_job, isolated, republish
 
 
 def props(message_id: str | None = "7", kind: str | None = "email", **headers: Any
@@ -37,7 +39,47 @@ def test_round_trip() -> None:
         "42", "email", {"to": "a@b"}, 1, 3)
     assert job.headers == {"trace": "t1"}  # jobq's and the broker's x- headers are not the job's
     assert job.enqueued_at is not None
-    assert job.enqueued_at.timestamp() == message.headers["x-jobq-enqueued-at"]  # sub-second
+    assert job.enqueued_at.timestamp() * 1000 == pytest.approx(message.headers["x-jobq-enqueued-at"])
+
+
+def on_the_wire(props: Basic.Properties) -> Basic.Properties:
+    """``props`` as a consumer reads them: marshalled and parsed by pamqp, as aiormq does."""
+    raw = ContentHeader(0, 2, props).marshal()
+    back = ContentHeader()
+    back.unmarshal(raw)
+    return back.properties
+
+
+def test_times_survive_the_wire_to_the_millisecond() -> None:
+    # Before: float epoch seconds, which pamqp writes as a 32-bit float: 128 s steps at today's
+    # epoch, so job.enqueued_at (and jobq_job_latency) was up to a minute off on RabbitMQ.
+    before = time.time()
+    body, props = encode_job(NewJob(kind="k", delay=0.3), job_id="1", max_attempts=3)
+    wired = on_the_wire(props)
+    job, _ = read(body, wired)
+    assert job.enqueued_at is not None
+    assert before - 0.002 <= job.enqueued_at.timestamp() <= time.time() + 0.002
+    due = due_at(wired)
+    assert due is not None and before + 0.3 <= due <= time.time() + 0.302
+
+
+def test_a_job_due_now_or_in_the_past_carries_no_due_time() -> None:
+    for job in (NewJob(kind="k"), NewJob(kind="k", run_at=datetime(2020, 1, 1, tzinfo=UTC))):
+        _, props = encode_job(job, job_id="1", max_attempts=3)
+        assert due_at(props) is None
+
+
+def test_run_at_sets_the_due_time() -> None:
+    at = datetime.now(UTC) + timedelta(hours=2)
+    _, props = encode_job(NewJob(kind="k", run_at=at), job_id="1", max_attempts=3)
+    due = due_at(on_the_wire(props))
+    assert due is not None and abs(due - at.timestamp()) < 0.002
+
+
+def test_an_older_jobqs_float_enqueue_time_is_still_read_as_seconds() -> None:
+    job, _ = read(b"{}", Basic.Properties(message_id="1", message_type="k",
+                                          headers={"x-jobq-enqueued-at": 1_700_000_000.5}))
+    assert job.enqueued_at is not None and job.enqueued_at.timestamp() == 1_700_000_000.5
 
 
 def test_enqueue_time_falls_back_to_the_whole_second_timestamp() -> None:

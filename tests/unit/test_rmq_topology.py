@@ -23,13 +23,12 @@ def test_names_follow_the_queue() -> None:
         "emails.retry.0.5", "emails.retry.1", "emails.retry.30"]
 
 
-@pytest.mark.parametrize(("delay", "tier"), [
-    (0.0, None), (0.01, "emails.retry.1"), (1.0, "emails.retry.1"), (1.2, "emails.retry.5"),
-    (5.0, "emails.retry.5"), (29.9, "emails.retry.30"), (3600.0, "emails.retry.30"),
+@pytest.mark.parametrize(("wait", "tier"), [
+    (0.0, None), (0.3, None), (1.0, "emails.retry.1"), (1.2, "emails.retry.1"),
+    (4.96, "emails.retry.5"), (29.7, "emails.retry.5"), (29.9, "emails.retry.30"), (3600.0, "emails.retry.30"),
 ])
-def test_a_retry_waits_in_the_shortest_tier_not_shorter_than_its_delay(
-        delay: float, tier: str | None) -> None:
-    assert topology(retry_tiers=[1, 5, 30]).tier_for(delay) == tier
+def test_a_wait_hops_to_the_longest_tier_not_longer_than_it(wait: float, tier: str | None) -> None:
+    assert topology(retry_tiers=[1, 5, 30]).hop(wait) == tier
 
 
 def test_arguments() -> None:

@@ -8,9 +8,11 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from jobq.errors import ConfigError
+from jobq.due import due_problem, wait_of
+from jobq.errors import ConfigError, MalformedJob
 from jobq.job import Delivery, Job
 from jobq.transport import NewJob
 
@@ -146,8 +148,11 @@ class MemoryPublisher:
             raise ConfigError("the memory store has no transactions to join", key="transport")
         if job.key is not None:
             raise ConfigError("the memory store has no unique keys", key="transport")
+        problem = due_problem(job)
+        if problem:
+            raise MalformedJob(problem)
         return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
-                              delay=job.delay)
+                              delay=wait_of(job, datetime.now(UTC)))
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
                            timeout: float | None = None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from jobq.config import LimitsConfig
+from jobq.due import wait_of
 from jobq.errors import ConfigError, ConnectionLost, QueueFull, TransactionRequired
 from jobq.limits import encode_new_job
 from jobq.transport import NewJob
@@ -46,6 +48,7 @@ HOW = "open one with `with conn.transaction():` (or `async with`) and enqueue in
 def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> dict[str, list[Any]]:
     """The enqueue statement's arrays for ``jobs``; MalformedJob / JobTooLarge before any I/O."""
     encoded = [encode_new_job(job, limits) for job in jobs]
+    now = datetime.now(UTC)
     for payload, headers in encoded:
         nul_free(payload, headers)
     return {
@@ -53,7 +56,7 @@ def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> 
         "payloads": [payload for payload, _ in encoded],
         "headers": [headers for _, headers in encoded],
         "max_attempts": [job.max_attempts or max_attempts for job in jobs],
-        "delays": [float(job.delay) for job in jobs],
+        "delays": [wait_of(job, now) for job in jobs],
         "keys": [job.key for job in jobs],
     }
 

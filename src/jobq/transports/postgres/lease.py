@@ -27,6 +27,7 @@ from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.connect import consumer_id, pooled
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.held import Held, Lease, pairs
+from jobq.transports.postgres.idle import idle_wait
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
@@ -111,7 +112,8 @@ class PostgresTransport:
                             "their lease expires", len(self._acks))
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
-        """Claim up to ``max_count`` jobs; if none, wait for a NOTIFY or the poll interval."""
+        """Claim up to ``max_count`` jobs; if none, wait for a NOTIFY, the next job's due time
+        or the poll interval, whichever comes first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -125,8 +127,11 @@ class PostgresTransport:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
+            wait = await idle_wait(self._pool, self._q, self._queue,
+                                   min(remaining, self._cfg.poll_interval),
+                                   self._cfg.network_deadline)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+                await asyncio.wait_for(self._wake.wait(), wait)
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:
         token = f"{self._worker}/{next(self._claims)}"

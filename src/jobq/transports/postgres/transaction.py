@@ -37,6 +37,7 @@ from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.idle import idle_wait
 from jobq.transports.postgres.job_connection import HOW, JobConnection
 from jobq.transports.postgres.joined import Joined
 from jobq.transports.postgres.listen import listen
@@ -69,7 +70,7 @@ class PgTransactionTransport:
         self._queue = queue
         self._concurrency = concurrency
         self._once = once
-        queries = Queries(settings.schema)
+        queries = self._queries = Queries(settings.schema)
         # job.context.enqueue: follow-up jobs that commit with the job's ack
         self._joined = Joined(queries, queue, max_attempts, self._limits)
         self._channel = queries.channel
@@ -183,8 +184,11 @@ class PgTransactionTransport:
             remaining = deadline - now
             if remaining <= 0:
                 return []
+            wait = await idle_wait(self._pool, self._queries, self._queue,
+                                   min(remaining, self._cfg.poll_interval),
+                                   self._cfg.network_deadline)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(remaining, self._cfg.poll_interval))
+                await asyncio.wait_for(self._wake.wait(), wait)
             self._dry = False
 
     async def ack(self, delivery: Delivery) -> None:

@@ -3,7 +3,9 @@
 A message: JSON object body (the payload), ``message_id`` = job id, ``type`` = kind,
 ``timestamp`` = enqueue time, persistent; headers ``x-jobq-attempt`` (the attempt number its
 next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueued-at`` (epoch
-seconds, sub-second); the user's headers beside them.
+milliseconds), and for a delayed job or retry ``x-jobq-due`` (epoch milliseconds: not to run
+before); the user's headers beside them. Times are integers: pamqp writes a Python float in a
+header table as a 32-bit float, which at today's epoch is 128 seconds coarse.
 A crash redelivery (``redelivered``; on quorum queues also ``x-delivery-count`` > 0) never
 runs: the consumer copies it forward marked ``x-jobq-isolate`` (see ``crashes``), so the
 attempt is the header alone and every copy carries the count durably.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -24,6 +27,7 @@ import aio_pika
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
+from jobq.due import wait_of
 from jobq.job import Job
 from jobq.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
 from jobq.transport import NewJob
@@ -34,9 +38,12 @@ MAX_ATTEMPTS = "x-jobq-max-attempts"
 ERROR = "x-jobq-error"  # on a dead message: error type and message
 ATTEMPTS_USED = "x-jobq-attempts"  # on a dead message: the attempts it had when it died
 DEAD_AT = "x-jobq-dead-at"
-# Enqueue time as float epoch seconds: the AMQP timestamp property has whole seconds only, too
-# coarse for end-to-end latency.
+# Enqueue time as integer epoch milliseconds: the AMQP timestamp property has whole seconds
+# only, too coarse for end-to-end latency. (Older jobq wrote float seconds, which pamqp
+# sends as a 32-bit float, up to 64 s off: read as seconds still, for messages already queued.)
 ENQUEUED_AT = "x-jobq-enqueued-at"
+# On a delayed job or retry: when it is due, as integer epoch milliseconds (rounded up).
+DUE = "x-jobq-due"
 DELIVERY_COUNT = "x-delivery-count"
 # On a copy of a crash redelivery: run it alone, so that a crash during its run is its own.
 ISOLATE = "x-jobq-isolate"
@@ -85,7 +92,11 @@ def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
     now = datetime.now(UTC)
     headers[ATTEMPT] = 1
     headers[MAX_ATTEMPTS] = job.max_attempts or max_attempts
-    headers[ENQUEUED_AT] = now.timestamp()
+    stamp = now.timestamp()
+    headers[ENQUEUED_AT] = math.floor(stamp * 1000)
+    wait = wait_of(job, now)
+    if wait > 0:
+        headers[DUE] = due_ms(stamp + wait)
     return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now)
 
 
@@ -172,9 +183,10 @@ def _user_headers(headers: Mapping[str, Any], limits: LimitsConfig) -> tuple[dic
     texts = {str(k): v if type(v) is str else as_text(v) for k, v in headers.items()
              if not str(k).startswith("x-")}
     others = len(headers) - len(texts)
-    # A first delivery of a jobq message has exactly jobq's three counters besides the job's.
-    if others and not (others == 3 and ATTEMPT in headers and MAX_ATTEMPTS in headers
-                       and ENQUEUED_AT in headers):
+    # A first delivery of a jobq message has exactly jobq's three counters besides the job's
+    # (and its due time, if it was delayed).
+    if others and not (3 <= others <= 4 and ATTEMPT in headers and MAX_ATTEMPTS in headers
+                       and ENQUEUED_AT in headers and (others == 3 or DUE in headers)):
         foreign, own = _x_headers(headers)
         if own > OWN_HEADERS:
             return texts, (f"jobq's own headers (x-jobq-*) are about {own:,} characters, more "
@@ -264,6 +276,18 @@ def crashed(props: Basic.Properties, redelivered: bool) -> bool:
     return type(count) is int and count > 0
 
 
+def due_ms(at: float) -> int:
+    """The ``x-jobq-due`` value for epoch seconds ``at``: milliseconds, rounded up (never early)."""
+    return math.ceil(at * 1000)
+
+
+def due_at(props: Basic.Properties) -> float | None:
+    """When the message is due (epoch seconds), if it carries a due time."""
+    headers = _table(props.headers)
+    due = headers.get(DUE) if headers is not None else None
+    return due / 1000 if type(due) is int else None  # not a bool
+
+
 def isolated(props: Basic.Properties) -> bool:
     """True for a message marked to run alone (a copy of a crash redelivery)."""
     headers = _table(props.headers)
@@ -271,9 +295,9 @@ def isolated(props: Basic.Properties) -> bool:
 
 
 def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:
-    if type(precise) is float:
+    if type(precise) is int or type(precise) is float:  # milliseconds; seconds from an older jobq
         with contextlib.suppress(ValueError, OverflowError, OSError):
-            return datetime.fromtimestamp(precise, UTC)
+            return datetime.fromtimestamp(precise / 1000 if type(precise) is int else precise, UTC)
     return coarse if isinstance(coarse, datetime) else None
 
 

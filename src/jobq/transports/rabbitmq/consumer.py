@@ -4,13 +4,18 @@ Deliveries arrive pushed (basic.consume, prefetch = the pool's concurrency plus 
 local list that ``receive`` hands out. Settling:
 
 - ack: batched per channel (see rmq_acks), on the delivery's own channel;
-- retry: publish a copy to the retry tier for the delay (confirmed), then ack the original;
+- retry: publish a copy, due time in its headers, to the tier its delay hops through first
+  (confirmed), then ack the original;
 - dead-letter: publish a copy with the reason in its headers to ``<q>.dlx`` -> ``<q>.dead``
   (confirmed), then ack;
 - release: publish a copy with the attempt header unchanged back to the work queue (confirmed),
   then ack. Not a nack with requeue: quorum queues count that as a delivery
   (``x-delivery-count``), classic ones set ``redelivered``, and either reads as a crash.
   The price: the released job goes to the back of the queue.
+
+A message that arrives before its due time (``x-jobq-due``: a delay or retry hopping through the
+tiers) is not run either: it goes on to the next tier, or, due sooner than the shortest tier,
+waits here unacked until its time (see ``_not_yet``).
 
 A crash redelivery is not run but copied to ``<q>.alone`` (see rmq crashes), which no one
 subscribes to: while it holds copies, the consumer hands out no more work, lets what is out
@@ -29,6 +34,7 @@ import collections
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -42,7 +48,16 @@ from jobq.job import Delivery
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
-from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, crashed, isolated, republish
+from jobq.transports.rabbitmq.codec import (
+    ATTEMPT,
+    DUE,
+    ISOLATE,
+    crashed,
+    due_at,
+    due_ms,
+    isolated,
+    republish,
+)
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
@@ -58,6 +73,7 @@ RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look a
 ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
 SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
+EARLY = 0.002  # a message due sooner than this runs now: it would not start sooner held
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -270,6 +286,12 @@ class RabbitTransport:
                 if job.attempt > job.max_attempts:
                     await self._exhausted(delivery)
                     continue
+                if self._early(props):  # it never ran, so the crash was not its own: unmarked
+                    due = due_at(props) or 0.0
+                    tier = self._topology.hop(due - time.time())
+                    with contextlib.suppress(TransportError):
+                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE,))
+                    continue
                 delivery.isolate = True
             if not wanted[0]:
                 await self._give_back_quietly(delivery)
@@ -306,14 +328,19 @@ class RabbitTransport:
     async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Publish to the tier for ``delay`` (confirmed), then ack the original.
 
-        The isolate mark is dropped: the job failed cleanly, it did not crash.
+        The isolate mark is dropped: the job failed cleanly, it did not crash. A delay shorter
+        than every tier goes to the work queue with its due time, held by whoever takes it.
         """
         job = delivery.job
-        tier = self._topology.tier_for(delay)
+        headers: dict[str, Any] = {ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
+                                   "x-jobq-last-error": reason}
+        tier = None
+        if delay > 0:
+            headers[DUE] = due_ms(time.time() + delay)
+            tier = self._topology.hop(delay)
         try:
-            await self._forward(delivery, "", tier or self._queue, {
-                ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
-                "x-jobq-last-error": reason}, drop=(ISOLATE,))
+            await self._forward(delivery, "", tier or self._queue, headers,
+                                drop=(ISOLATE,) if delay > 0 else (ISOLATE, DUE))
         finally:
             self._done()
 
@@ -330,7 +357,7 @@ class RabbitTransport:
             ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
             "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
             "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
-            drop=(ISOLATE,))
+            drop=(ISOLATE, DUE))
 
     async def release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
@@ -570,9 +597,42 @@ class RabbitTransport:
             if job.attempt > job.max_attempts:
                 self._spawn(self._exhausted(delivery))
                 return
+            if self._early(props):
+                self._spawn(self._not_yet(delivery))
+                return
         self._arrived.append(delivery)
         if self._waiter is not None:
             _resolve(self._waiter)
+
+    @staticmethod
+    def _early(props: Any) -> bool:
+        due = due_at(props)
+        return due is not None and due - time.time() > EARLY
+
+    async def _not_yet(self, delivery: Delivery) -> None:
+        """A message that came before its due time: on to the next tier, or held until due.
+
+        Held (due sooner than the shortest tier) it stays unacked, in a prefetch slot, and is
+        handed out at its time; at close it is given back, after a lost session the broker
+        redelivers it. Neither a hop nor a hold counts an attempt.
+        """
+        due = due_at(delivery.handle.message.header.properties) or 0.0
+        wait = due - time.time()
+        tier = self._topology.hop(wait)
+        if tier is not None:
+            with contextlib.suppress(TransportError):  # not forwarded: the original comes back
+                await self._forward(delivery, "", tier, {})
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, wait)):
+                await self._closed.wait()
+        if not delivery.handle.session.alive:
+            return
+        if self._closing:
+            await self._give_back_quietly(delivery)
+            return
+        self._arrived.append(delivery)
+        self._wake()
 
     def _spawn_quietly(self, work: Coroutine[Any, Any, None]) -> None:
         """``_spawn`` without handing the task back (for callbacks whose result is awaited)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from jobq.errors import (
     describe,
 )
 from jobq.transport import NewJob
-from jobq.transports.rabbitmq.codec import Outgoing, encode_job, new_job_id
+from jobq.transports.rabbitmq.codec import Outgoing, due_at, encode_job, new_job_id
 from jobq.transports.rabbitmq.connect import LINK_ERRORS, RabbitLink, describe_amqp, translated
 from jobq.transports.rabbitmq.topology import Topology
 
@@ -183,9 +184,10 @@ class RabbitPublisher:
         for start in range(0, len(which), WINDOW):
             sends = []
             for i in which[start:start + WINDOW]:
-                tier = topology.tier_for(jobs[i].delay)
-                exchange, key = ("", tier) if tier else (self._cfg.exchange, queue)
                 body, props = messages[i]
+                due = due_at(props)
+                tier = topology.hop(due - time.time()) if due is not None else None
+                exchange, key = ("", tier) if tier else (self._cfg.exchange, queue)
                 sends.append(raw.basic_publish(body, exchange=exchange, routing_key=key,
                                                properties=props, mandatory=True, timeout=timeout))
             results = await _gathered(sends)

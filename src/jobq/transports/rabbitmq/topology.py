@@ -7,9 +7,11 @@
     <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
     <q>.alone          crash copies, taken one at a time to run alone (see rmq alone)
 
-Retries wait in per-delay tier queues rather than with a per-message TTL, because an expired
-message only leaves a queue from its head: one long TTL would hold back every shorter one
-behind it.
+Delayed jobs and retries wait in per-delay tier queues rather than with a per-message TTL,
+because an expired message only leaves a queue from its head: one long TTL would hold back every
+shorter one behind it. A wait longer than a tier hops through several (``hop``), carrying its
+due time in ``x-jobq-due``: the consumer sends a message that comes back early on to the next
+tier, and holds one due in less than the shortest tier until its time (see rabbitmq.due).
 
 The tiers are quorum queues with at-least-once dead-lettering, whatever the work queue's type.
 A classic queue dead-letters at most once: a retry whose TTL expired while the work queue could
@@ -42,6 +44,10 @@ _INEQUIVALENT = re.compile(
     r"inequivalent arg '(?P<arg>[^']+)' for (?P<kind>queue|exchange) '(?P<name>[^']+)' "
     r"in vhost '[^']*': received (?P<received>.+?) but current is (?P<current>.+?)\"?$")
 
+# A hop may overshoot the due time by this fraction of the wait, at most MAX_SLACK seconds:
+# a 4.99 s wait takes the 5 s tier rather than four 1 s hops.
+HOP_SLACK = 0.01
+MAX_SLACK = 0.25
 # At-least-once dead-lettering (quorum queues, RabbitMQ 3.10+) needs reject-publish overflow.
 AT_LEAST_ONCE = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
@@ -66,7 +72,7 @@ class Topology:
     exchange: str
     queue: str
     queue_type: str = "quorum"
-    tiers: tuple[float, ...] = (1.0, 5.0, 30.0, 300.0)
+    tiers: tuple[float, ...] = (1.0, 5.0, 30.0, 300.0, 3600.0, 86400.0)
     delivery_limit: int = 0  # quorum only; 0: none
     max_pending: int = 0  # ready messages the work queue takes; 0: no limit
     dead_type: str = "classic"  # see dead_arguments
@@ -108,16 +114,16 @@ class Topology:
         """The retry tier queue holding messages for ``delay`` seconds."""
         return f"{self.queue}.retry.{delay:g}"
 
-    def tier_for(self, delay: float) -> str | None:
-        """The tier for a wait of ``delay`` s; None for no wait (straight back to the queue).
+    def hop(self, wait: float) -> str | None:
+        """The tier to wait in next for a job due in ``wait`` s; None when every tier is longer.
 
-        The shortest tier not shorter than ``delay``, so a job never runs before its delay;
-        a delay beyond the longest tier waits the longest tier.
+        The longest tier not longer than the wait, give or take HOP_SLACK of it: waits add up
+        to the delay, hop by hop, never past it by more than the slack (each hop re-reads the
+        due time, so hops do not add their errors up). None: straight to the work queue, whose
+        consumer holds the message until it is due.
         """
-        if delay <= 0:
-            return None
-        i = bisect.bisect_left(self.tiers, delay)
-        return self.tier_name(self.tiers[min(i, len(self.tiers) - 1)])
+        i = bisect.bisect_right(self.tiers, wait + min(MAX_SLACK, wait * HOP_SLACK))
+        return self.tier_name(self.tiers[i - 1]) if i else None
 
     def work_arguments(self) -> dict[str, Any]:
         """Arguments of the work queue."""

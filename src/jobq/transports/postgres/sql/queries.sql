@@ -57,6 +57,13 @@ UPDATE {jobs} AS j
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at,
           j.isolate;
 
+-- name: next_due
+-- Seconds until the queue's earliest pending job is due (NULL when none is pending), asked by a
+-- consumer whose claim came back empty (idle.py): one probe of jobs_pending_idx.
+SELECT extract(epoch FROM min(run_at) - now())::float8
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'pending';
+
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
 -- Asynchronous commit (see claim): an ack undone by a server crash leaves the job running

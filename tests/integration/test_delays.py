@@ -1,0 +1,96 @@
+"""Time means the same on both backends: delays, run_at and delayed retries run on time.
+
+Each case runs the real consumer against the real server, on Postgres (lease and transaction
+claim modes) and RabbitMQ (quorum and classic queues), with delays the old RabbitMQ tiers
+overshot (2 s waited 5 s, 7 s waited 30 s, 31 s waited 300 s). A job must never run before
+its due time, and at most max(1 s, 2% of its delay) after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from jobq.api import connect_publisher
+from jobq.config import load_settings
+from jobq.transport import NewJob
+from tests.conftest import ROOT, cli_env, schema_env, stop_cli, wait_until
+from tests.contract.backends import Backend
+from tests.processors import runs
+
+DELAYS = (0.3, 2.0, 7.0, 31.0)
+RETRIES = (2.0, 7.0)
+VARIANTS = ("lease", "transaction", "quorum", "classic")
+
+
+@pytest.fixture(params=VARIANTS)
+def timed(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
+    """The backend and claim mode or queue type under test, on a queue of its own."""
+    if request.param in ("lease", "transaction"):
+        schema = request.getfixturevalue("schema")
+        yield Backend("postgres", queue_name, schema_env(schema, JOBQ_POSTGRES__CLAIM=request.param),
+                      schema=schema)
+        return
+    request.getfixturevalue("amqp_url")
+    backend = Backend("rabbitmq", queue_name, cli_env(JOBQ_RABBITMQ__QUEUE_TYPE=request.param))
+    assert backend.run("jobq", "init").returncode == 0
+    try:
+        yield backend
+    finally:
+        backend.cleanup()
+
+
+async def enqueue(backend: Backend, jobs: list[tuple[str, NewJob]]) -> dict[str, tuple[str, float]]:
+    """Enqueue each job on its own (so its due time is taken just before); id -> (name, due)."""
+    settings = load_settings(ROOT / "configs" / f"{backend.transport}.yaml",
+                             {"queue": backend.queue}, env=backend.env)
+    due: dict[str, tuple[str, float]] = {}
+    async with connect_publisher(settings) as publisher:
+        for name, job in jobs:
+            now = time.time()
+            at = job.run_at.timestamp() if job.run_at else now + job.delay
+            due[await publisher.enqueue(job)] = (name, max(at, now))
+    return due
+
+
+def test_delays_run_at_and_retries_run_on_time(timed: Backend, tmp_path: Path) -> None:
+    consumer = timed.start("consumer", "--processor", "tests.processors:due_record",
+                           "-a", f"directory={tmp_path}", "--concurrency", "8")
+    try:
+        time.sleep(1.0)  # consuming before the first job is due
+        now = datetime.now(UTC)
+        jobs = [(f"delay {d:g}s", NewJob(kind="timed", delay=d)) for d in DELAYS]
+        jobs += [("run_at past", NewJob(kind="timed", run_at=now - timedelta(minutes=5))),
+                 ("run_at +3s", NewJob(kind="timed", run_at=now + timedelta(seconds=3)))]
+        jobs += [(f"retry {r:g}s", NewJob(kind="timed", payload={"retry": r})) for r in RETRIES]
+        due = asyncio.run(enqueue(timed, jobs))
+        expected = len(jobs) + len(RETRIES)
+        assert wait_until(lambda: len(runs(tmp_path)) >= expected, max(DELAYS) + 15), runs(tmp_path)
+    finally:
+        stop_cli(consumer, 30)
+
+    lateness: dict[str, float] = {}
+    first_runs = {job_id: at for job_id, attempt, at in runs(tmp_path) if attempt == 1}
+    for job_id, attempt, at in runs(tmp_path):
+        name, due_at = due[job_id]
+        wait = float(name.split()[1].rstrip("s")) if name.startswith(("delay", "retry")) else 3.0
+        if name.startswith("retry"):
+            if attempt == 1:
+                continue
+            due_at = first_runs[job_id] + wait  # the retry was due its delay after the failure
+        elif name == "run_at past":
+            wait = 0.0
+        lateness[name] = at - due_at
+        assert at >= due_at - 0.005, f"{name}: ran {due_at - at:.3f}s before it was due"
+        assert at - due_at <= max(1.0, 0.02 * wait), f"{name}: ran {at - due_at:.3f}s late"
+    assert len(lateness) == len(jobs), lateness
+    print(f"{timed.transport} {timed.env.get('JOBQ_POSTGRES__CLAIM', '')}"
+          f"{timed.env.get('JOBQ_RABBITMQ__QUEUE_TYPE', '')} lateness (s): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in lateness.items())
+          + f"; median {statistics.median(lateness.values()):.3f}")
