@@ -25,7 +25,8 @@ def test_names_follow_the_queue() -> None:
 
 @pytest.mark.parametrize(("wait", "tier"), [
     (0.0, None), (0.3, None), (1.0, "emails.retry.1"), (1.2, "emails.retry.1"),
-    (4.96, "emails.retry.5"), (29.7, "emails.retry.5"), (29.9, "emails.retry.30"), (3600.0, "emails.retry.30"),
+    (4.96, "emails.retry.5"), (29.7, "emails.retry.5"),
+    (29.9, "emails.retry.30"), (3600.0, "emails.retry.30"),
 ])
 def test_a_wait_hops_to_the_longest_tier_not_longer_than_it(wait: float, tier: str | None) -> None:
     assert topology(retry_tiers=[1, 5, 30]).hop(wait) == tier
