@@ -250,3 +250,25 @@ def runs(directory: str | Path) -> list[tuple[str, int, float]]:
             job_id, attempt, at = line.split()
             found.append((job_id, int(attempt), float(at)))
     return found
+
+
+def tick_record(directory: str) -> Any:
+    """Record ``schedule tick id`` for each job a schedule enqueued (its headers say which)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.ticks").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        out.write(f"{job.headers.get('schedule')} {job.headers.get('tick')} {job.id}\n")
+
+    return handle
+
+
+def ticks(directory: str | Path) -> list[tuple[str, str, str]]:
+    """Every (schedule, tick, job id) ``tick_record`` recorded under ``directory``."""
+    found = []
+    for file in Path(directory).glob("*.ticks"):
+        for line in file.read_text().splitlines():
+            schedule, tick, job_id = line.split()
+            found.append((schedule, tick, job_id))
+    return found

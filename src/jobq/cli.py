@@ -188,6 +188,12 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
+    schedules = sub.add_parser(
+        "schedules", help="the periodic schedules of the config, their last tick and next run",
+        description="List the config's schedules: what each enqueues, the last tick fired (as "
+                    "the backend records it) and the next run. Consumers fire the ticks.")
+    _common(schedules)
+    schedules.add_argument("--json", action="store_true")
     return p
 
 
@@ -214,7 +220,7 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, dead."""
+    """``jobq``: init, stats, dead, schedules."""
     args = admin_parser().parse_args(argv)
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -23,6 +24,7 @@ from jobq.container import (
     get_admin,
     get_metrics,
     get_publisher,
+    get_ticks,
     get_transport,
     get_worker_pool,
     schema_sql,
@@ -32,6 +34,7 @@ from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pool import WorkerPool
 from jobq.routing import require_processor
+from jobq.schedules import parse_schedules, scheduling
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
 from jobq.transport import NewJob, Transport
@@ -120,8 +123,11 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
                  settings.transport, settings.consumer.concurrency, settings.consumer.processor,
                  f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
+        schedules = parse_schedules(settings.schedules)
         try:
-            stats = await pool.run()
+            ticks = await get_ticks(container) if schedules else None
+            async with scheduling(schedules, ticks, log):
+                stats = await pool.run()
         finally:
             metrics.ready = False
             await monitor.stop()
@@ -183,8 +189,33 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def list_schedules(settings: Settings, as_json: bool) -> int:
+    """``jobq schedules``: each schedule, what it enqueues, its last tick and its next run."""
+    schedules = parse_schedules(settings.schedules, settings.source)
+    if not schedules:
+        print(f"no schedules in {settings.source} (schedules: in the config)")
+        return 0
+    async with wired(settings) as container:
+        ticks = await get_ticks(container)
+        try:
+            last: dict[tuple[str, str], datetime] = {}
+            for queue in {s.queue or settings.queue for s in schedules}:
+                last.update({(queue, k): v for k, v in (await ticks.last_ticks(queue)).items()})
+        finally:
+            await ticks.close()
+    now = datetime.now(UTC)
+    rows = [{"name": s.name, "when": s.cron or f"every {s.every:g}s", "timezone": s.timezone,
+             "kind": s.kind, "queue": s.queue or settings.queue,
+             "last_tick": last.get((s.queue or settings.queue, s.name)),
+             "next_run": s.following(s.latest(now))} for s in schedules]
+    _print(rows, as_json)
+    return 0
+
+
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
-    """``jobq init|stats|dead``."""
+    """``jobq init|stats|dead|schedules``."""
+    if args.command == "schedules":
+        return await list_schedules(settings, args.json)
     if args.command == "init" and args.print_sql:
         print(schema_sql(settings))
         return 0

@@ -211,6 +211,8 @@ class Settings:
     rabbitmq: RabbitConfig = field(default_factory=RabbitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    # name -> {cron | every, kind, payload, timezone, queue, max_attempts}: see jobq.schedules
+    schedules: dict[str, Any] = field(default_factory=dict)
     source: str = field(default="<defaults>", metadata={"internal": True})
 
 
@@ -437,6 +439,9 @@ def load_settings(
                 except ConfigError as exc:
                     raise ConfigError(str(exc), source=layer_source) from exc
     settings: Settings = _build(Settings, data, "", source)
+    from jobq.schedules import parse_schedules  # it needs the limits, which need this module
+
+    parse_schedules(settings.schedules, source)
     pg = settings.postgres
     if pg.network_timeout and pg.network_timeout >= pg.lease:
         raise ConfigError(f"must be shorter than postgres.lease ({pg.lease:g}s), got "

@@ -28,6 +28,7 @@ from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
+from jobq.schedules import Ticks
 from jobq.threads import HandlerThreads
 from jobq.transport import Admin, Publisher, Transport
 
@@ -36,11 +37,13 @@ if TYPE_CHECKING:
     from jobq.transports.postgres.admin import PostgresAdmin
     from jobq.transports.postgres.lease import PostgresTransport
     from jobq.transports.postgres.publisher import PostgresPublisher
+    from jobq.transports.postgres.ticks import PostgresTicks
     from jobq.transports.postgres.transaction import PgTransactionTransport
     from jobq.transports.rabbitmq.admin import RabbitAdmin
     from jobq.transports.rabbitmq.connect import RabbitLink
     from jobq.transports.rabbitmq.consumer import RabbitTransport
     from jobq.transports.rabbitmq.publisher import RabbitPublisher
+    from jobq.transports.rabbitmq.ticks import RabbitTicks
 
 T = TypeVar("T")
 
@@ -199,6 +202,16 @@ class Container(containers.DeclarativeContainer):
                                      max_pending=cfg.limits.max_pending),
     )
 
+    ticks = providers.Selector(
+        cfg.transport,
+        postgres=providers.Singleton(lazy("jobq.transports.postgres.ticks:PostgresTicks"),
+                                     pool=pg_pool, settings=cfg.postgres, publisher=publisher,
+                                     queue=cfg.queue),
+        rabbitmq=providers.Singleton(lazy("jobq.transports.rabbitmq.ticks:RabbitTicks"),
+                                     link=rmq_link, settings=cfg.rabbitmq, publisher=publisher,
+                                     queue=cfg.queue),
+    )
+
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
     policy = providers.Singleton(
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
@@ -271,6 +284,15 @@ async def get_worker_pool(container: Container) -> WorkerPool:
     return pool
 
 
+async def get_ticks(container: Container) -> Ticks:
+    """The configured backend's record of fired schedule ticks (its publisher opened)."""
+    await connect(container)
+    publisher = await get_publisher(container)
+    await publisher.open()
+    ticks: Ticks = await resolve(container.ticks())
+    return ticks
+
+
 def schema_sql(settings: Settings) -> str:
     """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
     if settings.transport != "postgres":
@@ -296,3 +318,7 @@ if TYPE_CHECKING:
         """Never called: mypy checks here that each implementation conforms to its Protocol."""
         return ([lease, transaction, rabbit, memory], [pg_publisher, rabbit_publisher, memory_publisher],
                 [pg_admin, rabbit_admin])
+
+    def _ticking(pg_ticks: PostgresTicks, rabbit_ticks: RabbitTicks) -> list[Ticks]:
+        """Never called: mypy checks that both records of ticks conform to Ticks."""
+        return [pg_ticks, rabbit_ticks]

@@ -31,6 +31,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "jobs": sql.Identifier(schema, "jobs"),
         "migrations": sql.Identifier(schema, "migrations"),
         "attempts": sql.Identifier(schema, "attempts"),
+        "schedules": sql.Identifier(schema, "schedules"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),
         "running_idx": sql.Identifier(schema, "jobs_running_idx"),
     }

@@ -455,3 +455,27 @@ SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
  WHERE t.ord <= %(cap)s - (SELECT n FROM waiting)
  ORDER BY t.ord
 RETURNING id, pg_current_xact_id()::text;
+
+-- name: schedule_seen
+-- A schedule's first sight records the tick it starts after, firing nothing: a new schedule
+-- enqueues none of the ticks from before it existed. Returns a row only when it was new.
+INSERT INTO {schedules} (queue, name, last_tick)
+VALUES (%(queue)s, %(name)s, %(tick)s)
+ON CONFLICT (queue, name) DO NOTHING
+RETURNING last_tick;
+
+-- name: schedule_take
+-- Inside the firing transaction: the schedule's row, locked, if ``tick`` is later than the last
+-- one fired. SKIP LOCKED: a process firing it right now has it; this one fires nothing.
+SELECT last_tick
+  FROM {schedules}
+ WHERE queue = %(queue)s AND name = %(name)s AND last_tick < %(tick)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_fired
+-- Same transaction as the tick's enqueue: both commit or neither.
+UPDATE {schedules} SET last_tick = %(tick)s WHERE queue = %(queue)s AND name = %(name)s;
+
+-- name: schedule_list
+-- `jobq schedules`: the last tick each schedule fired on this queue.
+SELECT name, last_tick FROM {schedules} WHERE queue = %(queue)s;

@@ -106,3 +106,15 @@ CREATE INDEX IF NOT EXISTS jobs_isolated_idx ON {jobs} (queue, run_at, id)
 ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS key text;
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON {jobs} (queue, key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');
+
+-- migration: 9 periodic schedules
+-- The last tick each schedule (config `schedules:`) fired, per queue. A consumer fires a tick
+-- in one transaction: lock the row (SKIP LOCKED: another process is firing it), check that
+-- the tick is later than last_tick, enqueue the job, move last_tick. So a tick enqueues
+-- exactly once however many consumers run it (queries.sql: schedule_*; ticks.py).
+CREATE TABLE IF NOT EXISTS {schedules} (
+    queue     text        NOT NULL,
+    name      text        NOT NULL,
+    last_tick timestamptz NOT NULL,
+    PRIMARY KEY (queue, name)
+);

@@ -1,0 +1,55 @@
+"""Schedules on Postgres: each tick fired in one transaction with its enqueue (schedules.py).
+
+The row of ``<schema>.schedules`` is locked with SKIP LOCKED, checked, and moved in the
+transaction that enqueues the tick's job (the publisher's transactional enqueue), so a tick
+enqueues exactly once, whatever number of consumers on whatever hosts fire it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+from jobq.config import PostgresConfig
+from jobq.schedules import Schedule
+from jobq.transports.postgres.connect import pooled
+from jobq.transports.postgres.publisher import PostgresPublisher
+from jobq.transports.postgres.sql import Queries
+
+
+class PostgresTicks:
+    """The fired ticks of a queue's schedules, in ``<schema>.schedules``."""
+
+    def __init__(self, pool: AsyncConnectionPool, settings: PostgresConfig,
+                 publisher: PostgresPublisher, *, queue: str) -> None:
+        self._pool = pool
+        self._cfg = settings
+        self._publisher = publisher
+        self._queue = queue
+        self._q = Queries(settings.schema)
+
+    async def fire(self, schedule: Schedule, tick: datetime) -> bool:
+        """Enqueue the tick's job unless it was fired (see schedules.Ticks)."""
+        queue = schedule.queue or self._queue
+        params = {"queue": queue, "name": schedule.name, "tick": tick}
+        deadline = self._cfg.network_deadline
+        async with pooled(self._pool, "postgres schedule", deadline) as conn, conn.transaction():
+            cur = await conn.execute(self._q["schedule_seen"], params)
+            if await cur.fetchone() is not None:
+                return False
+            cur = await conn.execute(self._q["schedule_take"], params)
+            if await cur.fetchone() is None:
+                return False
+            await self._publisher.enqueue(schedule.job(tick), queue=queue, connection=conn)
+            await conn.execute(self._q["schedule_fired"], params)
+        return True
+
+    async def last_ticks(self, queue: str | None = None) -> dict[str, datetime]:
+        """The last tick each schedule of ``queue`` fired (``jobq schedules``)."""
+        async with pooled(self._pool, "postgres schedule list", self._cfg.network_deadline) as conn:
+            cur = await conn.execute(self._q["schedule_list"], {"queue": queue or self._queue})
+            return {name: tick for name, tick in await cur.fetchall()}
+
+    async def close(self) -> None:
+        """Nothing held between ticks."""
