@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -45,19 +46,33 @@ async def _drop(name: str) -> None:
         await channel.queue_delete(name)
 
 
-def consumers(backend: Backend, directory: Path, count: int) -> list[object]:
-    return [backend.start("consumer", "--processor", "tests.processors:tick_record",
-                          "-a", f"directory={directory}") for _ in range(count)]
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Consumers the test starts; any still running at the end (a failed stop) are killed."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def consumers(backend: Backend, directory: Path, count: int,
+              started: list[subprocess.Popen[str]]) -> list[subprocess.Popen[str]]:
+    new = [backend.start("consumer", "--processor", "tests.processors:tick_record",
+                         "-a", f"directory={directory}") for _ in range(count)]
+    started.extend(new)
+    return new
 
 
 def test_three_consumers_enqueue_each_tick_once_and_a_missed_tick_once(
-        scheduled: Backend, tmp_path: Path) -> None:
-    running = consumers(scheduled, tmp_path, 3)
+        scheduled: Backend, tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
+    running = consumers(scheduled, tmp_path, 3, started)
     try:
         assert wait_until(lambda: len(ticks(tmp_path)) >= 3, 20), ticks(tmp_path)
     finally:
         for consumer in running:
-            stop_cli(consumer, 20)  # type: ignore[arg-type]
+            stop_cli(consumer, 20)
     before = ticks(tmp_path)
     per_tick = collections.Counter(tick for _, tick, _ in before)
     assert all(n == 1 for n in per_tick.values()), per_tick  # never twice, three consumers
@@ -66,12 +81,12 @@ def test_three_consumers_enqueue_each_tick_once_and_a_missed_tick_once(
 
     time.sleep(3 * EVERY)  # nothing runs: three ticks pass
     restarted = time.time()
-    (again,) = consumers(scheduled, tmp_path, 1)
+    (again,) = consumers(scheduled, tmp_path, 1, started)
     try:
         assert wait_until(lambda: len(ticks(tmp_path)) > len(before), 10)
         time.sleep(0.3)
     finally:
-        stop_cli(again, 20)  # type: ignore[arg-type]
+        stop_cli(again, 20)
     new = collections.Counter(datetime.fromisoformat(t).timestamp()
                               for _, t, _ in set(ticks(tmp_path)) - set(before))
     assert all(n == 1 for n in new.values()), new

@@ -75,7 +75,7 @@ class RabbitTicks:
                     latest, _ = await self._read(records)
             finally:
                 with contextlib.suppress(Exception):
-                    await channel.close()  # what was read, unacked, goes back
+                    await channel.close()  # what was read, unacked, goes back (in the timeout)
         prefix = f"{queue or self._queue}/"
         return {k.removeprefix(prefix): v for k, v in latest.items() if k.startswith(prefix)}
 
@@ -83,8 +83,9 @@ class RabbitTicks:
         """Give up the lead (the exclusive queue goes with its channel's connection)."""
         for channel in (self._records, self._lock):
             if channel is not None and not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()
+                with contextlib.suppress(Exception):  # a dark link answers no close: bounded
+                    async with asyncio.timeout(self._timeout):
+                        await channel.close()
         self._lock = self._records = None
 
     async def _lead(self) -> bool:
