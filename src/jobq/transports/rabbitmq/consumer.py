@@ -73,7 +73,7 @@ RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look a
 ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
 SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
-EARLY = 0.002  # a message due sooner than this runs now: it would not start sooner held
+HOLD_MARGIN = 0.001  # a held message wakes this much after its due time (timers round to 1 ms)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -607,7 +607,7 @@ class RabbitTransport:
     @staticmethod
     def _early(props: Any) -> bool:
         due = due_at(props)
-        return due is not None and due - time.time() > EARLY
+        return due is not None and due > time.time()
 
     async def _not_yet(self, delivery: Delivery) -> None:
         """A message that came before its due time: on to the next tier, or held until due.
@@ -623,9 +623,11 @@ class RabbitTransport:
             with contextlib.suppress(TransportError):  # not forwarded: the original comes back
                 await self._forward(delivery, "", tier, {})
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, wait)):
-                await self._closed.wait()
+        while wait > 0 and not self._closing:  # a timer may fire a hair early: never run early
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait + HOLD_MARGIN):
+                    await self._closed.wait()
+            wait = due - time.time()
         if not delivery.handle.session.alive:
             return
         if self._closing:
