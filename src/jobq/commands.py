@@ -30,6 +30,7 @@ from jobq.container import (
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
+from jobq.pausing import render_change, render_state
 from jobq.pool import WorkerPool
 from jobq.routing import require_processor
 from jobq.stacks import stacks_on_signal
@@ -183,7 +184,7 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
-    """``jobq init|stats|dead``."""
+    """``jobq init|stats|pause|resume|dead``."""
     if args.command == "init" and args.print_sql:
         print(schema_sql(settings))
         return 0
@@ -192,12 +193,18 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
         if args.command == "init":
             print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":
-            depth = await admin.depth()
+            depth, paused = await admin.depth(), await admin.pause_state()
             if args.json:
-                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth)},
-                       True)
+                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth),
+                        "paused": paused.paused,
+                        "paused_since": paused.since.isoformat() if paused.since else None}, True)
             else:
                 print(render_depth(depth, transport=settings.transport, queue=settings.queue))
+                print(render_state(paused))
+        elif args.command in ("pause", "resume"):
+            change = await (admin.pause() if args.command == "pause" else admin.resume())
+            print(render_change(change, verb=args.command, queue=settings.queue,
+                                transport=settings.transport))
         elif args.action == "list":
             _print([_fields(row) for row in await admin.dead_list(args.limit)], args.json)
         else:

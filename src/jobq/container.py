@@ -25,6 +25,7 @@ from dependency_injector import containers, providers
 from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics
+from jobq.pausing import PauseWatch
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
@@ -204,6 +205,9 @@ class Container(containers.DeclarativeContainer):
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
         jitter=cfg.retry.jitter,
     )
+    # Every consumer asks its admin whether the queue is paused, about every second.
+    pause_watch = providers.Singleton(PauseWatch, probe=admin.provided.paused,
+                                      logger=providers.Callable(logging.getLogger, "jobq.pause"))
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
     worker_pool = providers.Singleton(
@@ -221,6 +225,7 @@ class Container(containers.DeclarativeContainer):
         threads=handler_threads,
         observer=metrics,
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
+        pause=pause_watch,
     )
 
 

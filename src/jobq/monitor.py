@@ -110,13 +110,15 @@ class Monitor:
         depth = dict(self.last_depth.depth) if self.last_depth else None
         oldest = self.last_depth.oldest_pending_seconds if self.last_depth else None
         shown = " ".join(f"{k}={v}" for k, v in depth.items()) if depth else "unknown"
+        paused = self._pool.paused
         self._log.info(
             "summary: %.1f jobs/s over %.0fs (ok %d, retried %d, dead %d); in flight %d; "
-            "depth %s; oldest pending %s", rate, now - since, ok, retried, dead,
+            "depth %s; oldest pending %s%s", rate, now - since, ok, retried, dead,
             self._pool.in_flight, shown, "-" if oldest is None else f"{oldest:.1f}s",
+            "; queue paused" if paused else "",
             extra={"event": "summary", "rate": round(rate, 1), "ok": ok, "retried": retried,
                    "dead": dead, "in_flight": self._pool.in_flight, "depth": depth,
-                   "oldest_pending_seconds": oldest})
+                   "oldest_pending_seconds": oldest, "paused": paused})
         return now, stats.ok, stats.retried, stats.dead
 
 

@@ -30,6 +30,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "schema": sql.Identifier(schema),
         "jobs": sql.Identifier(schema, "jobs"),
         "migrations": sql.Identifier(schema, "migrations"),
+        "queues": sql.Identifier(schema, "queues"),
         "attempts": sql.Identifier(schema, "attempts"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),
         "running_idx": sql.Identifier(schema, "jobs_running_idx"),
