@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from jobq.errors import describe
+from jobq.looks import Look
 from jobq.transport import PauseState
 
 POLL = 1.0  # seconds between looks: a pause or resume reaches every consumer within about this
@@ -30,7 +31,7 @@ class PauseWatch:
 
     def __init__(self, probe: Probe, *, interval: float = POLL,
                  logger: logging.Logger | None = None) -> None:
-        self._probe = probe
+        self._look = Look(probe)
         self._interval = interval
         self._log = logger or logging.getLogger("jobq.pause")
         self._listeners: list[Callable[[bool], None]] = []
@@ -44,8 +45,7 @@ class PauseWatch:
     async def check(self) -> bool:
         """Look once; return the state (the previous one if the look failed)."""
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                paused = await self._probe()
+            paused = await self._look(PROBE_TIMEOUT)
         except Exception as exc:  # backend code: a failing look must never stop the consumer
             (self._log.debug if self._failing else self._log.warning)(
                 "could not tell whether the queue is paused (%s); going on as %s", describe(exc),
