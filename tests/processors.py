@@ -225,3 +225,29 @@ async def follow_up(job: Job) -> None:
     await job.context.enqueue(NewJob(kind="child", payload={"of": job.id}))
     if job.kind == "doomed":
         raise PermanentError("the parent fails after enqueueing its child")
+
+
+def timed(directory: str, sleep_ms: float = 0.0) -> Any:
+    """Write ``start <id> <epoch>`` and ``end <id> <epoch>`` around a sleep of ``sleep_ms``, to
+    ``directory/<pid>.runs``: when each job ran, to compare with when a queue was paused."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.runs").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        out.write(f"start {job.id} {time.time():.3f}\n")
+        await asyncio.sleep(sleep_ms / 1000)
+        out.write(f"end {job.id} {time.time():.3f}\n")
+
+    return handle
+
+
+def runs(directory: str | Path) -> list[tuple[str, str, float]]:
+    """Every ``(event, job id, epoch)`` line ``timed`` wrote under ``directory``."""
+    found: list[tuple[str, str, float]] = []
+    for file in Path(directory).glob("*.runs"):
+        for line in file.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:  # a line being written is skipped until it is whole
+                found.append((parts[0], parts[1], float(parts[2])))
+    return found
