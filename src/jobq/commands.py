@@ -105,6 +105,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
         try:
+            await pool.look_at_pause()
             await open_transport(transport, settings.connect, log)
         except BaseException:  # failed or abandoned (a signal): nothing else will stop it
             if server is not None:

@@ -193,6 +193,12 @@ class WorkerPool:
                     f"{self._outstanding} are held")
         return None
 
+    async def look_at_pause(self) -> None:
+        """Before the transport opens: if the queue is paused, the transport opens paused (a
+        RabbitMQ consumer then takes no prefetch it would have to hand back)."""
+        if self._pause is not None and await self._pause.check():
+            await self._transport.set_paused(True)
+
     def stop(self) -> None:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
         if self._stop.is_set():

@@ -123,6 +123,10 @@ def test_once_on_a_paused_queue_exits_at_once_taking_nothing(backend: Backend,
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - began < 15  # start-up and one look; it does not wait for a resume
     assert "the queue is paused: nothing more to do (--once)" in result.stderr
+    # It looked before it opened: nothing was received, so nothing had to be handed back.
+    assert "released=0" in result.stderr, result.stderr
+    if backend.transport == "rabbitmq":
+        assert "connected (paused) to" in result.stderr, result.stderr
     assert runs(tmp_path) == [] and backend.waiting() == 5
     jobq(backend, "resume")
     result = backend.run("consumer", "--once", "-p", TIMED, "-a", f"directory={tmp_path}")
