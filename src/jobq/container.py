@@ -67,8 +67,8 @@ def transaction_mode(settings: Settings) -> bool:
 def pg_pool_size(settings: Settings) -> int:
     """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
 
-    Transaction mode holds one per running job, one for picks (and the depth gauge) and one
-    spare: concurrency + 2. The transport warns at start-up when a configured size is below
+    Transaction mode holds one per running job, one for picks (and the depth gauge and the
+    pause watch's look every second) and one spare: concurrency + 2. The transport warns at start-up when a configured size is below
     concurrency + 1.
     """
     if settings.postgres.pool_size:

@@ -8,6 +8,7 @@ once and none is dead.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import signal
@@ -17,9 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
+import psycopg
 import pytest
+from psycopg import sql
 
-from tests.conftest import schema_env, wait_until
+from tests.conftest import AMQP_URL, schema_env, wait_until
 from tests.contract.backends import Backend, rabbit_backend
 from tests.processors import runs
 
@@ -132,3 +136,50 @@ def test_once_on_a_paused_queue_exits_at_once_taking_nothing(backend: Backend,
     result = backend.run("consumer", "--once", "-p", TIMED, "-a", f"directory={tmp_path}")
     assert result.returncode == 0, result.stderr
     assert len(events(tmp_path, "end")) == 5
+
+
+def test_a_schema_from_before_migration_7_is_never_paused_and_pause_names_jobq_init(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    backend = Backend("postgres", queue_name, schema_env(schema), schema=schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # as a jobq before pause left it
+        conn.execute(sql.SQL("DROP TABLE {}; DELETE FROM {} WHERE version = 7").format(
+            sql.Identifier(schema, "queues"), sql.Identifier(schema, "migrations")))
+    assert stats(backend)["paused"] is False
+    result = backend.run("jobq", "pause")
+    assert result.returncode == 2, result.stderr
+    assert "has no queues table (pause and resume, migration 7): run `jobq init`" in result.stderr
+    assert jobq(backend, "init").count("applied migration 7") == 1
+
+
+def test_a_consumer_whose_pause_flag_queue_is_deleted_goes_on_and_still_sees_a_pause(
+        amqp_url: str, queue_name: str, tmp_path: Path) -> None:
+    backend = rabbit_backend(queue_name)
+    try:
+        backend.produce(200)
+        consumer = backend.start("consumer", "-p", TIMED, "-a", f"directory={tmp_path}",
+                                 "-a", "sleep_ms=50", "-n", "2")
+        try:
+            assert wait_until(lambda: len(events(tmp_path, "end")) >= 5, 30)
+            asyncio.run(delete_queue(f"{queue_name}.paused"))  # as if an older jobq had declared
+            time.sleep(1.5)  # its looks find no <q>.paused: not paused, and it goes on
+            done = len(events(tmp_path, "end"))
+            assert wait_until(lambda: len(events(tmp_path, "end")) > done + 5, 10)
+            jobq(backend, "pause")  # declares <q>.paused again
+            paused_at = time.time()
+            time.sleep(NOTICED + 0.5)
+            assert [job for job, at in events(tmp_path, "start") if at > paused_at + NOTICED] == []
+            jobq(backend, "resume")
+            assert wait_until(lambda: len(events(tmp_path, "end")) == 200, 60)
+        finally:
+            code, err = stop(consumer)
+        assert code == 0, err
+        assert "lost the RabbitMQ session" not in err, err  # a 404 closed only the look's channel
+    finally:
+        backend.cleanup()
+
+
+async def delete_queue(name: str) -> None:
+    connection = await aio_pika.connect(AMQP_URL)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(name)
