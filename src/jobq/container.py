@@ -68,8 +68,8 @@ def pg_pool_size(settings: Settings) -> int:
     """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
 
     Transaction mode holds one per running job, one for picks (and the depth gauge and the
-    pause watch's look every second) and one spare: concurrency + 2. The transport warns at start-up when a configured size is below
-    concurrency + 1.
+    pause watch's look every second) and one spare: concurrency + 2. The transport warns at
+    start-up when a configured size is below concurrency + 1.
     """
     if settings.postgres.pool_size:
         return settings.postgres.pool_size
