@@ -230,6 +230,6 @@ class RabbitBackend:
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel()
-            for name in (*self.work, self.dead):
+            for name in (*self.work, self.dead, f"{self.queue}.paused"):
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.queue}.dlx")

@@ -232,7 +232,7 @@ def due_record(directory: str) -> Any:
     attempt with ``Retry(delay=payload["retry"])`` (delayed retries are timed too)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.runs").open("a", buffering=1, encoding="utf-8")
+    out = (path / f"{os.getpid()}.due").open("a", buffering=1, encoding="utf-8")
 
     async def handle(job: Job) -> None:
         out.write(f"{job.id} {job.attempt} {time.time():.6f}\n")
@@ -242,10 +242,10 @@ def due_record(directory: str) -> Any:
     return handle
 
 
-def runs(directory: str | Path) -> list[tuple[str, int, float]]:
+def due_runs(directory: str | Path) -> list[tuple[str, int, float]]:
     """Every run ``due_record`` recorded under ``directory``: (id, attempt, epoch time)."""
     found = []
-    for file in Path(directory).glob("*.runs"):
+    for file in Path(directory).glob("*.due"):
         for line in file.read_text().splitlines():
             job_id, attempt, at = line.split()
             found.append((job_id, int(attempt), float(at)))
@@ -271,4 +271,30 @@ def ticks(directory: str | Path) -> list[tuple[str, str, str]]:
         for line in file.read_text().splitlines():
             schedule, tick, job_id = line.split()
             found.append((schedule, tick, job_id))
+    return found
+
+
+def timed(directory: str, sleep_ms: float = 0.0) -> Any:
+    """Write ``start <id> <epoch>`` and ``end <id> <epoch>`` around a sleep of ``sleep_ms``, to
+    ``directory/<pid>.runs``: when each job ran, to compare with when a queue was paused."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    out = (path / f"{os.getpid()}.runs").open("a", buffering=1, encoding="utf-8")
+
+    async def handle(job: Job) -> None:
+        out.write(f"start {job.id} {time.time():.3f}\n")
+        await asyncio.sleep(sleep_ms / 1000)
+        out.write(f"end {job.id} {time.time():.3f}\n")
+
+    return handle
+
+
+def runs(directory: str | Path) -> list[tuple[str, str, float]]:
+    """Every ``(event, job id, epoch)`` line ``timed`` wrote under ``directory``."""
+    found: list[tuple[str, str, float]] = []
+    for file in Path(directory).glob("*.runs"):
+        for line in file.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:  # a line being written is skipped until it is whole
+                found.append((parts[0], parts[1], float(parts[2])))
     return found

@@ -170,6 +170,20 @@ def producer_parser() -> argparse.ArgumentParser:
     return p
 
 
+PAUSE_HELP = {  # sub-command -> (one line for `jobq --help`, its own --help)
+    "pause": ("stop the queue's consumers taking new jobs (until `jobq resume`)",
+              "Pause the queue: within about a second every consumer of it stops taking new "
+              "jobs. Jobs already running finish and are settled as usual; jobs a consumer had "
+              "received but not started go back to the queue, their attempt not counted. "
+              "Nothing is lost, and new jobs can still be enqueued. The pause is kept on the "
+              "server, so it holds for consumers started later too, until `jobq resume`. "
+              "`jobq stats` shows it. Pausing a paused queue changes nothing (and says so)."),
+    "resume": ("let the queue's consumers take jobs again",
+               "Resume a paused queue: within about a second its consumers take jobs again. "
+               "Resuming a queue that is not paused changes nothing (and says so)."),
+}
+
+
 def admin_parser() -> argparse.ArgumentParser:
     """The ``jobq`` admin argument parser."""
     p = argparse.ArgumentParser(prog="jobq", description="jobq administration.")
@@ -177,9 +191,11 @@ def admin_parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="create or upgrade the schema / topology")
     _common(init)
     init.add_argument("--print-sql", action="store_true", help="print the migrations, run none")
-    stats = sub.add_parser("stats", help="queue depth by state")
+    stats = sub.add_parser("stats", help="queue depth by state, and whether it is paused")
     _common(stats)
     stats.add_argument("--json", action="store_true")
+    for name, text in PAUSE_HELP.items():
+        _common(sub.add_parser(name, help=text[0], description=text[1]))
     dead = sub.add_parser("dead", help="dead-letter management")
     _common(dead)
     dead.add_argument("action", choices=("list", "requeue", "purge"))
@@ -220,7 +236,7 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, dead, schedules."""
+    """``jobq``: init, stats, pause, resume, dead, schedules."""
     args = admin_parser().parse_args(argv)
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):

@@ -32,6 +32,7 @@ from jobq.container import (
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
+from jobq.pausing import render_change, render_state
 from jobq.pool import WorkerPool
 from jobq.routing import require_processor
 from jobq.schedules import parse_schedules, scheduling
@@ -107,6 +108,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
         try:
+            await pool.look_at_pause()
             await open_transport(transport, settings.connect, log)
         except BaseException:  # failed or abandoned (a signal): nothing else will stop it
             if server is not None:
@@ -213,7 +215,7 @@ async def list_schedules(settings: Settings, as_json: bool) -> int:
 
 
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
-    """``jobq init|stats|dead|schedules``."""
+    """``jobq init|stats|pause|resume|dead|schedules``."""
     if args.command == "schedules":
         return await list_schedules(settings, args.json)
     if args.command == "init" and args.print_sql:
@@ -224,12 +226,18 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
         if args.command == "init":
             print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":
-            depth = await admin.depth()
+            depth, paused = await admin.depth(), await admin.pause_state()
             if args.json:
-                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth)},
-                       True)
+                _print({"transport": settings.transport, "queue": settings.queue, **_fields(depth),
+                        "paused": paused.paused,
+                        "paused_since": paused.since.isoformat() if paused.since else None}, True)
             else:
                 print(render_depth(depth, transport=settings.transport, queue=settings.queue))
+                print(render_state(paused))
+        elif args.command in ("pause", "resume"):
+            change = await (admin.pause() if args.command == "pause" else admin.resume())
+            print(render_change(change, verb=args.command, queue=settings.queue,
+                                transport=settings.transport))
         elif args.action == "list":
             _print([_fields(row) for row in await admin.dead_list(args.limit)], args.json)
         else:

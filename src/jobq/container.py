@@ -25,6 +25,7 @@ from dependency_injector import containers, providers
 from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics
+from jobq.pausing import PauseWatch
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
@@ -69,9 +70,9 @@ def transaction_mode(settings: Settings) -> bool:
 def pg_pool_size(settings: Settings) -> int:
     """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
 
-    Transaction mode holds one per running job, one for picks (and the depth gauge) and one
-    spare: concurrency + 2. The transport warns at start-up when a configured size is below
-    concurrency + 1.
+    Transaction mode holds one per running job, one for picks (and the depth gauge and the
+    pause watch's look every second) and one spare: concurrency + 2. The transport warns at
+    start-up when a configured size is below concurrency + 1.
     """
     if settings.postgres.pool_size:
         return settings.postgres.pool_size
@@ -217,6 +218,9 @@ class Container(containers.DeclarativeContainer):
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
         jitter=cfg.retry.jitter,
     )
+    # Every consumer asks its admin whether the queue is paused, about every second.
+    pause_watch = providers.Singleton(PauseWatch, probe=admin.provided.paused,
+                                      logger=providers.Callable(logging.getLogger, "jobq.pause"))
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
     worker_pool = providers.Singleton(
@@ -234,6 +238,7 @@ class Container(containers.DeclarativeContainer):
         threads=handler_threads,
         observer=metrics,
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
+        pause=pause_watch,
     )
 
 

@@ -146,6 +146,11 @@ class Metrics:
         self._transport = transport
         self._in_flight.set_function(lambda: pool.in_flight)
         self._buffered.set_function(lambda: pool.buffered)
+        # A WorkerPool's; a view without it is never paused.
+        Gauge("jobq_queue_paused", "1 while this consumer holds back because its queue is paused "
+              "(jobq pause; looked at about every second).", ("transport", "queue"),
+              registry=self.registry).labels(*self._values).set_function(
+            lambda: float(bool(getattr(pool, "paused", False))))
         self.registry.register(_TransportCounters(transport, self._values))
         if hasattr(transport, "blocked"):  # RabbitMQ: connection.blocked by a resource alarm
             Gauge("jobq_broker_blocked", "1 while the broker blocks this consumer's publishing "

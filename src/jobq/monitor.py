@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from jobq.errors import describe
+from jobq.looks import Look
 from jobq.metrics import Metrics
 from jobq.pool import WorkerPool
 from jobq.transport import Depth
@@ -32,6 +33,7 @@ class Monitor:
         self._pool = pool
         self._metrics = metrics
         self._probe = probe
+        self._look = None if probe is None else Look(probe)  # a stop never cuts a poll short
         self._depth_every = depth_interval if metrics is not None and probe is not None else math.inf
         self._summary_every = summary_interval or math.inf
         self._log = logger or logging.getLogger("jobq.monitor")
@@ -83,11 +85,10 @@ class Monitor:
 
     async def poll(self) -> None:
         """Ask the server for the depth once; record it, or count the failure."""
-        if self._probe is None:
+        if self._look is None:
             return
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                data = await self._probe()
+            data = await self._look(PROBE_TIMEOUT)
             if self._metrics is not None:
                 self._metrics.depth(data)
         except Exception as exc:  # backend code: a failing poll must never stop the consumer
@@ -110,13 +111,15 @@ class Monitor:
         depth = dict(self.last_depth.depth) if self.last_depth else None
         oldest = self.last_depth.oldest_pending_seconds if self.last_depth else None
         shown = " ".join(f"{k}={v}" for k, v in depth.items()) if depth else "unknown"
+        paused = self._pool.paused
         self._log.info(
             "summary: %.1f jobs/s over %.0fs (ok %d, retried %d, dead %d); in flight %d; "
-            "depth %s; oldest pending %s", rate, now - since, ok, retried, dead,
+            "depth %s; oldest pending %s%s", rate, now - since, ok, retried, dead,
             self._pool.in_flight, shown, "-" if oldest is None else f"{oldest:.1f}s",
+            "; queue paused" if paused else "",
             extra={"event": "summary", "rate": round(rate, 1), "ok": ok, "retried": retried,
                    "dead": dead, "in_flight": self._pool.in_flight, "depth": depth,
-                   "oldest_pending_seconds": oldest})
+                   "oldest_pending_seconds": oldest, "paused": paused})
         return now, stats.ok, stats.retried, stats.dead
 
 

@@ -21,7 +21,9 @@ from jobq.errors import (
     WorkerDied,
     describe,
 )
+from jobq.handback import release_all
 from jobq.job import Delivery, Job, Outcome
+from jobq.pausing import PauseWatch
 from jobq.processor import Handler
 from jobq.retry import RetryDecision, RetryPolicy
 from jobq.threads import HandlerThreads
@@ -76,7 +78,8 @@ class WorkerPool:
 
     Shutdown order: stop receiving, hand back the unstarted at once (no attempt counted),
     let running jobs finish within ``shutdown_timeout``, interrupt the rest (settled as a
-    retryable failure), then return; the caller closes the transport.
+    retryable failure), then return; the caller closes the transport. While ``pause`` says the
+    queue is paused: no job starts, the unstarted are handed back, nothing is received.
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class WorkerPool:
         threads: HandlerThreads | None = None,
         observer: PoolObserver | None = None,
         logger: logging.Logger | None = None,
+        pause: PauseWatch | None = None,
     ) -> None:
         self._transport = transport
         self._handler = handler
@@ -132,6 +136,12 @@ class WorkerPool:
         self._threads = threads  # shut down at the end of run (the pool's sync handlers' threads)
         self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
+        self._pause = pause
+        self._paused = False  # what the pause watch last said (workers read it before each job)
+        self._held_back: list[Delivery] = []  # taken by a worker after the pause: not started
+        self._handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
+        if pause is not None:
+            pause.listen(self._pause_changed)
 
     @property
     def in_flight(self) -> int:
@@ -147,6 +157,11 @@ class WorkerPool:
     def consuming(self) -> bool:
         """False once stopping, or while receives fail (readiness; ``run`` sets stop at its end)."""
         return not self._stop.is_set() and self.receive_failures == 0
+
+    @property
+    def paused(self) -> bool:
+        """True while the pool holds back because its queue is paused (``jobq pause``)."""
+        return self._paused
 
     @property
     def forced(self) -> bool:
@@ -178,6 +193,12 @@ class WorkerPool:
                     f"{self._outstanding} are held")
         return None
 
+    async def look_at_pause(self) -> None:
+        """Before the transport opens: if the queue is paused, the transport opens paused (a
+        RabbitMQ consumer then takes no prefetch it would have to hand back)."""
+        if self._pause is not None and await self._pause.check():
+            await self._transport.set_paused(True)
+
     def stop(self) -> None:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
         if self._stop.is_set():
@@ -194,11 +215,14 @@ class WorkerPool:
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._stop.wait())
         watchdog = asyncio.create_task(self._watch())
+        pauses = asyncio.create_task(self._pause.run() if self._pause else asyncio.sleep(0))
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
             self._stop.set()
             fetcher.cancel()  # receive() is cancel-safe: an idle wait may last poll_interval
             await asyncio.gather(fetcher, return_exceptions=True)
+            if self._handback is not None:  # a pause's hand-back the cancel did not stop
+                await asyncio.gather(self._handback, return_exceptions=True)
             crashed = None if fetcher.cancelled() else fetcher.exception()
             if crashed is not None:
                 # Not a TransportError (those are retried): a bug. Drain what we hold, then fail
@@ -212,9 +236,11 @@ class WorkerPool:
             self._closing = True
             stopper.cancel()
             watchdog.cancel()
+            pauses.cancel()
             for task in (*workers, fetcher):
                 task.cancel()
-            await asyncio.gather(*workers, fetcher, stopper, watchdog, return_exceptions=True)
+            await asyncio.gather(*workers, fetcher, stopper, watchdog, pauses,
+                                 return_exceptions=True)
             if self._threads is not None:
                 self._threads.shutdown()
         return self.stats
@@ -250,7 +276,13 @@ class WorkerPool:
 
     async def _fetch(self) -> None:
         failures = 0
+        if self._pause is not None:
+            await self._pause.check()  # before the first receive: a paused queue gives nothing
         while not self._stop.is_set():
+            if self._paused:
+                if not await self._hold():
+                    return
+                continue
             room = self._capacity - self._outstanding
             # Claim in batches: wait until a quarter of the capacity is free, unless the
             # workers are about to starve.
@@ -273,30 +305,84 @@ class WorkerPool:
                     self._log.info("nothing left to do (--once)")
                     return
                 continue
-            if self.stats.first_job_at is None:
-                self.stats.first_job_at = time.monotonic()
-            self._outstanding += len(batch)
-            for delivery in batch:
-                if delivery.isolate and delivery.malformed is None:
-                    self._isolated.append(delivery)
-                else:
-                    self._queue.put_nowait(delivery)
-            if self._observer is not None:
-                self._observer.gauges(self._outstanding, self._queue.qsize())
+            self._accept(batch)
             if self._isolated:
                 await self._run_isolated()
+
+    def _accept(self, batch: list[Delivery]) -> None:
+        """Take a received batch in: to the workers, isolated ones aside to run alone."""
+        if self.stats.first_job_at is None:
+            self.stats.first_job_at = time.monotonic()
+        self._outstanding += len(batch)
+        for delivery in batch:
+            if delivery.isolate and delivery.malformed is None:
+                self._isolated.append(delivery)
+            else:
+                self._queue.put_nowait(delivery)
+        if self._observer is not None:
+            self._observer.gauges(self._outstanding, self._queue.qsize())
 
     async def _run_isolated(self) -> None:
         """Run each isolated delivery alone: after everything else settled, and before more work.
 
         Receiving stops meanwhile, so that a crash during the run is this job's and no other's.
-        Cancelled by shutdown, what has not started stays in ``_isolated`` and is released.
+        Cancelled by shutdown, or ended by a pause, what has not started stays in ``_isolated``
+        and is released. One already running when the pause came is waited for (the fetcher
+        holds meanwhile), so nothing runs beside it after a resume.
         """
-        while self._isolated:
-            await self._until(lambda: self._outstanding == len(self._isolated))
+        while self._isolated and not self._paused:
+            await self._until(lambda: self._paused or self._outstanding == len(self._isolated))
+            if self._paused:
+                return
             delivery = self._isolated.pop(0)
             self._queue.put_nowait(delivery)
-            await self._until(lambda: self._outstanding == len(self._isolated))
+            await self._until(functools.partial(self._ran_alone, delivery))
+
+    def _ran_alone(self, delivery: Delivery) -> bool:
+        """The run alone of ``delivery`` is over: it settled, or a pause held it back unstarted."""
+        return self._outstanding == len(self._isolated) or (
+            self._paused and any(d is delivery for d in self._held_back))
+
+    async def _hold(self) -> bool:
+        """While the queue is paused: hand back the unstarted, receive nothing, wait for the
+        resume; False when the pool is to stop instead (stopped, or ``--once``)."""
+        running = len(self._started_at)
+        self._log.warning("queue paused (jobq pause): taking no new jobs until it is resumed; "
+                          "%d running finish", running)
+        self._handback = asyncio.ensure_future(self._hand_back())
+        await asyncio.shield(self._handback)  # a stop meanwhile lets it finish (run() waits)
+        self._handback = None
+        if self._once:
+            self._log.info("the queue is paused: nothing more to do (--once)")
+            return False
+        while self._paused and not self._stop.is_set():
+            self._room.clear()  # set by the resume, a stop, and every settle: no spinning
+            await self._room.wait()
+        if self._stop.is_set():
+            return False
+        try:
+            await self._transport.set_paused(False)
+        except TransportError as exc:  # its next receive fails or waits as after any loss
+            self._log.warning("resuming the transport failed (%s)", describe(exc))
+        self._log.info("queue resumed: taking jobs again")
+        return True
+
+    async def _hand_back(self) -> None:
+        """The transport stops deliveries first (a pushed one would arrive after the release)."""
+        try:
+            await self._transport.set_paused(True)
+        except TransportError as exc:
+            self._log.warning("pausing the transport failed (%s)", describe(exc))
+        await self._release(self._unstarted(), "the queue is paused")
+
+    def _pause_changed(self, paused: bool) -> None:
+        self._paused = paused
+        if not paused:  # a pause over before the fetcher saw it: what workers held back runs
+            for delivery in self._held_back:
+                self._queue.put_nowait(delivery)
+            self._held_back.clear()
+        self._room.set()  # the fetcher looks again (a wait for room, a wait in _hold)
+        self._settled.set()  # and so does a run alone waiting for the others
 
     async def _until(self, condition: Callable[[], bool]) -> None:
         while not condition():
@@ -311,37 +397,27 @@ class WorkerPool:
         return self._transport.drain_timeout if idle else min(self._poll_timeout, 0.05)
 
     async def _release_unstarted(self) -> None:
-        """Hand back what was received but never started; its attempt does not count.
+        await self._release(self._unstarted(), "stopping")
 
-        All at once (a transport may write them in one statement) and within RELEASE_TIMEOUT:
-        with the server gone, what is not handed back by then returns by itself (its lease
-        expires, its channel closes), and shutdown goes on.
-        """
+    def _unstarted(self) -> list[Delivery]:
+        """Take every delivery received and not started out of the pool's hands."""
         unstarted = [d for d in (self._queue.get_nowait() for _ in range(self._queue.qsize()))
                      if d is not None]
-        unstarted += self._isolated
+        unstarted += self._isolated + self._held_back
         self._isolated.clear()
+        self._held_back.clear()
+        return unstarted
+
+    async def _release(self, unstarted: list[Delivery], why: str) -> None:
+        """Hand back what was received but never started; its attempt does not count."""
         if not unstarted:
             return
-        limit = min(RELEASE_TIMEOUT, self._shutdown_timeout)
-        releases = [asyncio.ensure_future(self._transport.release(d)) for d in unstarted]
-        _, pending = await asyncio.wait(releases, timeout=limit)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        failed = [(d, t) for d, t in zip(unstarted, releases, strict=True)
-                  if t in pending or t.exception() is not None]
+        released = await release_all(self._transport, unstarted, log=self._log,
+                                     limit=min(RELEASE_TIMEOUT, self._shutdown_timeout))
         self._outstanding -= len(unstarted)
-        self.stats.released += len(unstarted) - len(failed)
-        if failed:
-            first = failed[0][1]
-            error = None if first in pending else first.exception()
-            why = describe(error) if error is not None else f"no answer within {limit:g}s"
-            self._log.warning("could not release %d unstarted jobs (%s: %s); they return when "
-                              "their lease expires or their channel closes", len(failed),
-                              failed[0][0].job.id, why)
-        if self.stats.released:
-            self._log.info("released %d unstarted jobs", self.stats.released)
+        self.stats.released += released
+        if released:
+            self._log.info("released %d unstarted jobs (%s)", released, why)
 
     async def _drain(self) -> None:
         for _ in range(self._concurrency):
@@ -406,6 +482,9 @@ class WorkerPool:
             delivery = await queue.get()
             if delivery is None or self._forced:
                 return
+            if self._paused:  # not started: handed back with the rest (_hold), or run at resume
+                self._held_back.append(delivery)
+                continue
             holding[slot] = delivery
             error: BaseException | None = None
             started = time.monotonic()

@@ -53,6 +53,14 @@ class Transport(Protocol):
     async def release(self, delivery: Delivery) -> None:
         """Hand back a job that was received but never started; its attempt does not count."""
 
+    async def set_paused(self, paused: bool) -> None:
+        """The queue was paused (True) or resumed (False); the pool calls no ``receive`` meanwhile.
+
+        A transport the server pushes deliveries to stops that while paused and hands back
+        what arrived and was not handed out (attempt not counted); one that only claims when
+        asked has nothing to do.
+        """
+
     @property
     def connected(self) -> bool:
         """False while the transport knows its connection to the server is down (/readyz)."""
@@ -122,6 +130,19 @@ class Depth:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PauseState:
+    """Whether a queue is paused and since when; from ``pause``/``resume``, whether they changed it.
+
+    ``since`` is when the queue was paused (after a resume: the pause it ended); None when it
+    is not paused, or when the backend could not tell.
+    """
+
+    paused: bool
+    since: datetime | None = None
+    changed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DeadJob:
     """A dead-lettered job as ``jobq dead list`` shows it, on either backend.
 
@@ -140,7 +161,7 @@ class DeadJob:
 
 
 class Admin(Protocol):
-    """An operator's view of one queue: set-up, depth and the dead letters."""
+    """An operator's view of one queue: set-up, depth, pause and the dead letters."""
 
     async def init(self) -> str:
         """Create or upgrade what the queue needs (idempotent); one line saying what was done."""
@@ -161,3 +182,16 @@ class Admin(Protocol):
     async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
                          ) -> list[str]:
         """Delete dead jobs (chosen as ``dead_requeue``); their ids."""
+
+    async def pause(self) -> PauseState:
+        """Pause the queue: its consumers take no new jobs until ``resume`` (a paused one stays
+        as it is, ``changed`` False)."""
+
+    async def resume(self) -> PauseState:
+        """Let the queue's consumers take jobs again (``changed`` False if it was not paused)."""
+
+    async def paused(self) -> bool:
+        """Whether the queue is paused: one cheap round trip, asked by every consumer each second."""
+
+    async def pause_state(self) -> PauseState:
+        """Whether the queue is paused and since when (``jobq stats``)."""

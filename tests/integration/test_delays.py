@@ -22,7 +22,7 @@ from jobq.config import load_settings
 from jobq.transport import NewJob
 from tests.conftest import ROOT, cli_env, schema_env, stop_cli, wait_until
 from tests.contract.backends import Backend
-from tests.processors import runs
+from tests.processors import due_runs
 
 DELAYS = (0.3, 2.0, 7.0, 31.0)
 RETRIES = (2.0, 7.0)
@@ -71,13 +71,13 @@ def test_delays_run_at_and_retries_run_on_time(timed: Backend, tmp_path: Path) -
         jobs += [(f"retry {r:g}s", NewJob(kind="timed", payload={"retry": r})) for r in RETRIES]
         due = asyncio.run(enqueue(timed, jobs))
         expected = len(jobs) + len(RETRIES)
-        assert wait_until(lambda: len(runs(tmp_path)) >= expected, max(DELAYS) + 15), runs(tmp_path)
+        assert wait_until(lambda: len(due_runs(tmp_path)) >= expected, max(DELAYS) + 15), due_runs(tmp_path)
     finally:
         stop_cli(consumer, 30)
 
     lateness: dict[str, float] = {}
-    first_runs = {job_id: at for job_id, attempt, at in runs(tmp_path) if attempt == 1}
-    for job_id, attempt, at in runs(tmp_path):
+    first_runs = {job_id: at for job_id, attempt, at in due_runs(tmp_path) if attempt == 1}
+    for job_id, attempt, at in due_runs(tmp_path):
         name, due_at = due[job_id]
         wait = float(name.split()[1].rstrip("s")) if name.startswith(("delay", "retry")) else 3.0
         if name.startswith("retry"):

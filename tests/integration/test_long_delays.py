@@ -15,7 +15,7 @@ from jobq.config import load_settings
 from jobq.transport import NewJob
 from tests.conftest import AMQP_URL, PG_DSN, ROOT, fetch, schema_env, stop_cli, wait_until
 from tests.contract.backends import Backend
-from tests.processors import runs
+from tests.processors import due_runs
 
 MONTH = 30 * 86400.0
 
@@ -77,7 +77,7 @@ def test_a_message_back_early_goes_on_to_the_next_tier_unrun(rabbit: Backend, tm
     assert message.message_id == "777" and message.headers is not None
     assert message.headers["x-jobq-due"] == round(due * 1000)
     assert message.headers["x-jobq-attempt"] == 1  # a hop is no attempt
-    assert runs(tmp_path) == []
+    assert due_runs(tmp_path) == []
     assert rabbit.depth()["ready"] == 0
 
 

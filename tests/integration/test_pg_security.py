@@ -76,7 +76,7 @@ def test_the_documented_grants_are_enough_for_producer_and_consumer_and_no_more(
     init = run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema))
     assert init.returncode == 0, init.stderr
     grants = (GRANTS.group(1).replace("SCHEMA jobq ", f"SCHEMA {schema} ")
-              .replace("jobq.jobs", f"{schema}.jobs")
+              .replace("jobq.jobs", f"{schema}.jobs").replace("jobq.queues", f"{schema}.queues")
               .replace("jobq_producer", roles["producer"]).replace("jobq_consumer", roles["consumer"]))
     with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
         conn.execute(grants.encode())  # the owner grants, as the page says

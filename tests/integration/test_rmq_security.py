@@ -66,6 +66,9 @@ def test_the_documented_permissions_are_enough_and_no_more(
     finally:
         first.send_signal(signal.SIGTERM)
         _, first_err = first.communicate(timeout=30)
+    for step in ("pause", "stats", "resume"):  # publish to, read, delete and declare <q>.paused
+        done = run_cli("jobq", step, *config, env=env)
+        assert done.returncode == 0 and "paused" in done.stdout, done.stderr
     second = start_cli(*consumer, env=env)
     try:  # retries go through the tiers (default exchange), the bad one to the dead queue
         assert wait_until(lambda: len(set(completions(tmp_path))) == 20, 30)

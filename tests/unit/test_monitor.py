@@ -172,3 +172,25 @@ async def test_a_broken_probe_never_stops_the_monitor() -> None:
     await monitor.stop()
     assert gauge(metrics, "jobq_depth_poll_errors_total") == 2
     assert gauge(metrics, "jobq_queue_depth", state="pending") == 2
+
+
+async def test_stopping_the_monitor_never_cuts_a_depth_poll_in_the_middle() -> None:
+    # A cancelled AMQP RPC closes its channel (and at the wrong moment the connection the
+    # consumer shares with its admin); a monitor stopped during its first poll waited for ever.
+    cut: list[bool] = []
+
+    async def probe() -> Depth:
+        try:
+            await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            cut.append(True)
+            raise
+        return Depth(depth={"pending": 0})
+
+    monitor = Monitor(idle_pool(), metrics=Metrics("memory", "q"), probe=probe,
+                      depth_interval=0.01, summary_interval=0)
+    monitor.start()
+    await asyncio.sleep(0.02)  # the first poll is under way
+    await asyncio.wait_for(monitor.stop(), 0.05)  # without waiting for the poll
+    await asyncio.sleep(0.15)
+    assert cut == []

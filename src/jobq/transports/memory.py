@@ -113,6 +113,10 @@ class MemoryTransport:
         """Mark dead with the reason."""
         self._settle(delivery, "dead", "dead").last_error = reason
 
+    async def set_paused(self, paused: bool) -> None:
+        """Nothing is pushed here: only recorded, for tests."""
+        self.calls.append(("paused" if paused else "resumed", ""))
+
     async def release(self, delivery: Delivery) -> None:
         """Back to pending, attempt not counted."""
         entry = self._settle(delivery, "pending", "release")

@@ -1,4 +1,4 @@
-"""Postgres administration: schema migrations, dead-letter management, depth by state."""
+"""Postgres administration: schema migrations, dead-letter management, depth by state, pause."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.errors import ConfigError
-from jobq.transport import DeadJob, Depth
+from jobq.errors import ConfigError, TransportError
+from jobq.transport import DeadJob, Depth, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Migration, Queries, migrations
@@ -127,6 +127,42 @@ class PostgresAdmin:
         oldest = next((float(age) for status, _, age in rows
                        if status == "pending" and age is not None), None)
         return Depth(depth=counts, oldest_pending_seconds=oldest)
+
+    async def pause(self) -> PauseState:
+        """Mark the queue paused from now; one already paused keeps its time."""
+        rows = await self._queues("pause", needed=True)
+        if rows:
+            return PauseState(paused=True, since=rows[0][0], changed=True)
+        return await self.pause_state()
+
+    async def resume(self) -> PauseState:
+        """Clear the queue's pause; the answer carries the time of the pause it ended."""
+        rows = await self._queues("resume", needed=True)
+        return PauseState(paused=False, since=rows[0][0] if rows else None, changed=bool(rows))
+
+    async def paused(self) -> bool:
+        """Whether the queue is paused (a primary-key probe)."""
+        return (await self.pause_state()).paused
+
+    async def pause_state(self) -> PauseState:
+        """Whether the queue is paused and since when."""
+        rows = await self._queues("paused", needed=False)
+        since = rows[0][0] if rows else None
+        return PauseState(paused=since is not None, since=since)
+
+    async def _queues(self, name: str, *, needed: bool) -> Sequence[Sequence[Any]]:
+        """A statement on the queues table; a schema from before migration 7 has none: no rows
+        (never paused), or, where it is ``needed``, a ConfigError naming `jobq init`."""
+        try:
+            return await self._fetch(name, {"queue": self._queue})
+        except TransportError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                raise
+            if needed:
+                raise ConfigError(f"postgres.schema {self._schema!r} has no queues table (pause "
+                                  "and resume, migration 7): run `jobq init` with the same "
+                                  "config first") from exc
+            return []
 
     async def _check_ids(self, ids: Sequence[int] | None) -> None:
         if not ids:

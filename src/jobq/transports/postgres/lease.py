@@ -33,7 +33,8 @@ from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
-NEEDS = {"jobs": "SELECT,UPDATE"}  # what a lease-mode consumer does to its tables (docs/security.md)
+# What a lease-mode consumer does to its tables (docs/security.md); queues: the pause watch.
+NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT"}
 
 
 class PostgresTransport:
@@ -173,6 +174,9 @@ class PostgresTransport:
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Status dead, ``last_error`` = reason."""
         await self._settle_one("dead", delivery, {"reason": storable(reason)})
+
+    async def set_paused(self, paused: bool) -> None:
+        """Nothing to do: a claim takes jobs only when the pool asks, and it does not while paused."""
 
     async def release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken.

@@ -46,7 +46,7 @@ from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-NEEDS = {"jobs": "SELECT,UPDATE"}  # docs/security.md
+NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT"}  # docs/security.md; queues: the pause watch
 STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
@@ -228,6 +228,9 @@ class PgTransactionTransport:
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Roll the handler's writes back; status dead, ``last_error`` = reason."""
         await self._fail(delivery.handle, "dead", 0.0, reason)
+
+    async def set_paused(self, paused: bool) -> None:
+        """Nothing to do: a pick takes jobs only when the pool asks, and it does not while paused."""
 
     async def release(self, delivery: Delivery) -> None:
         """Roll back, unlocking the job for others at once; its attempt does not count."""

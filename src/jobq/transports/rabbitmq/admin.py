@@ -1,8 +1,8 @@
-"""RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state.
+"""RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state, pause.
 
 The dead queue is walked with basic.get without acking: what is not chosen goes back when the
 walking channel closes. AMQP does not expose a queue's unacked count, so ``depth`` reports
-``unacked`` as None (unknown).
+``unacked`` as None (unknown). The pause is a message in ``<q>.paused`` (see ``pausing``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
-from jobq.transport import DeadJob, Depth
+from jobq.transport import DeadJob, Depth, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.codec import (
@@ -30,6 +30,7 @@ from jobq.transports.rabbitmq.codec import (
     republish,
 )
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.pause import PauseFlag
 from jobq.transports.rabbitmq.topology import Topology
 
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
@@ -70,6 +71,7 @@ class RabbitAdmin:
         self._link = link
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)
+        self._flag = PauseFlag(link, self._topology)
 
     async def init(self) -> str:
         """Declare the topology (idempotent); return a one-line summary of it."""
@@ -79,7 +81,7 @@ class RabbitAdmin:
         tiers = ", ".join(t.tier_name(d) for d in t.tiers)
         return (f"RabbitMQ at {self._link.address}: exchange {t.exchange!r} -> {t.queue_type} queue "
                 f"{t.queue!r} (dead letters {t.dlx!r} -> {t.dead!r}; retry tiers {tiers}; crash "
-                f"copies {t.alone!r}) declared")
+                f"copies {t.alone!r}; pause flag {t.paused!r}) declared")
 
     async def depth(self) -> Depth:
         """Messages by state: ready (the work and alone queues), in the retry tiers, dead.
@@ -92,7 +94,7 @@ class RabbitAdmin:
         counts = {t.alone: 0}
         async with self._channel(confirms=False) as channel:
             for name in t.queues():
-                if name != t.alone:
+                if name not in (t.alone, t.paused):
                     queue = await channel.declare_queue(name, passive=True)
                     counts[name] = int(queue.declaration_result.message_count or 0)
         # Last, on a channel of its own: a topology an older jobq declared has no <q>.alone
@@ -109,6 +111,32 @@ class RabbitAdmin:
         ready = counts[t.queue] + counts[t.alone]
         return Depth(depth={"ready": ready, "unacked": None, "dead": counts[t.dead], "retry": retry},
                      oldest_pending_seconds=None)
+
+    async def pause(self) -> PauseState:
+        """Put the pause message in ``<q>.paused`` (confirmed) unless one is there."""
+        async with self._channel(confirms=True) as channel:
+            return await self._flag.pause(channel)
+
+    async def resume(self) -> PauseState:
+        """Empty ``<q>.paused``, the message a reader holds for a moment included."""
+        async with self._channel(confirms=False) as channel:
+            return await self._flag.resume(channel)
+
+    async def paused(self) -> bool:
+        """Whether ``<q>.paused`` holds a message (a passive declare on a channel kept for it)."""
+        return await self._flag.paused()
+
+    async def pause_state(self) -> PauseState:
+        """Whether the queue is paused, and since when (read from the message, put back)."""
+        try:
+            async with self._channel(confirms=False) as channel:
+                flag: AbstractQueue = await channel.declare_queue(self._topology.paused,
+                                                                  passive=True)
+                return await self._flag.state(flag)
+        except TransportError as exc:
+            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                return PauseState(paused=False)  # declared by an older jobq: never paused
+            raise
 
     async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs with their error, oldest first (they stay in the dead queue)."""

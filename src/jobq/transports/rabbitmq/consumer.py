@@ -25,6 +25,9 @@ a crash during that run can only be its own.
 A lost connection or channel ends the session: buffered deliveries are dropped, later settles
 of its deliveries are ignored (the broker redelivers those messages), and a supervisor
 reconnects with backoff, re-declares and consumes again.
+
+While the queue is paused (``set_paused``) the consumer is cancelled, as at shutdown, and
+what had arrived is released; a new session does not subscribe until the resume.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ class RabbitTransport:
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._paused = False  # the queue is paused: no basic.consume (set_paused)
         self._closed = asyncio.Event()  # set when close() begins: copies held for an alarm end
         self._held: set[Handle] = set()  # originals whose copy waits for unblocked (_hold)
         self._held_back = 0  # held originals left unacked at a close or loss (come back)
@@ -188,6 +192,23 @@ class RabbitTransport:
         while self._arrived and session.alive:
             await self._give_back_quietly(self._arrived.popleft())
         session.holding = False
+
+    async def set_paused(self, paused: bool) -> None:
+        """Paused: cancel the consumer and release what arrived (as at shutdown); resumed:
+        consume again. Not a nack or a recover: either would count a delivery (a crash)."""
+        if paused == self._paused:
+            return
+        self._paused = paused
+        session = self._session
+        if session is None or not session.alive:
+            return  # the next session consumes or not as _paused says
+        if paused:
+            await self._stop_consuming(session)
+        elif session.consumer_tag is None:
+            try:
+                await self._subscribe(session)
+            except TransportError as exc:
+                session.end(f"consume after the resume failed: {describe(exc)}")
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Up to ``max_count`` deliveries that arrived; wait up to ``timeout`` for the first.
@@ -698,14 +719,16 @@ class RabbitTransport:
         raw.on_consumer_cancel_callbacks.add(lambda _frame: self._spawn_quietly(
             self._resubscribe(session)))
         try:
-            await self._subscribe(session)
+            if not self._paused:
+                await self._subscribe(session)
         except BaseException:
             await session.close()
             raise
         self._session = session
         self._watcher = asyncio.create_task(self._watch_alone(session), name="jobq-rmq-alone")
         self._resumed.set()
-        self._log.info("consuming %r on RabbitMQ at %s (%s queue, prefetch %d)", self._queue,
+        self._log.info("%s %r on RabbitMQ at %s (%s queue, prefetch %d)",
+                       "connected (paused) to" if self._paused else "consuming", self._queue,
                        link.address, topology.queue_type, self._prefetch)
 
     async def _subscribe(self, session: Session) -> None:
@@ -716,7 +739,7 @@ class RabbitTransport:
 
     async def _resubscribe(self, session: Session) -> None:
         """The broker cancelled our consumer (queue deleted, leader moved): consume again."""
-        if not session.alive or self._closing:
+        if not session.alive or self._closing or self._paused:
             return
         self._log.warning("consumer cancelled by the broker; declaring and subscribing again")
         try:

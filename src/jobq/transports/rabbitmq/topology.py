@@ -6,6 +6,7 @@
     <q> --x-dead-letter-exchange--> <q>.dlx (fanout) --> <q>.dead   (classic)
     <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
     <q>.alone          crash copies, taken one at a time to run alone (see rmq alone)
+    <q>.paused         (classic, at most one message) holds a message while the queue is paused
 
 Delayed jobs and retries wait in per-delay tier queues rather than with a per-message TTL,
 because an expired message only leaves a queue from its head: one long TTL would hold back every
@@ -35,7 +36,7 @@ from typing import Any
 
 import aiormq
 from aio_pika import ExchangeType
-from aio_pika.abc import AbstractChannel
+from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError
@@ -106,9 +107,15 @@ class Topology:
         """The queue of crash copies, each taken with basic.get to run alone (see rmq alone)."""
         return f"{self.queue}.alone"
 
+    @property
+    def paused(self) -> str:
+        """The pause flag: one message in it while the queue is paused (``jobq pause``)."""
+        return f"{self.queue}.paused"
+
     def queues(self) -> tuple[str, ...]:
         """Every queue serving this jobq queue (for tools that count or delete them all)."""
-        return (self.queue, self.alone, self.dead, *(self.tier_name(d) for d in self.tiers))
+        return (self.queue, self.alone, self.paused, self.dead,
+                *(self.tier_name(d) for d in self.tiers))
 
     def tier_name(self, delay: float) -> str:
         """The retry tier queue holding messages for ``delay`` seconds."""
@@ -159,6 +166,15 @@ class Topology:
         """
         return {"x-queue-type": self.dead_type}
 
+    def paused_arguments(self) -> dict[str, Any]:
+        """Arguments of the pause flag: classic whatever the work queue's type, one message.
+
+        `jobq stats` reads the pause's time by taking the message and rejecting it back,
+        which a quorum queue would count against its delivery limit. At most one message
+        (the oldest dropped), so two `jobq pause` at once still leave one.
+        """
+        return {"x-queue-type": "classic", "x-max-length": 1}
+
     def tier_arguments(self, delay: float) -> dict[str, Any]:
         """Arguments of a retry tier: expire after ``delay`` and go back to the work queue,
         at least once (a quorum queue, whatever the work queue's type: see the module notes)."""
@@ -179,12 +195,21 @@ class Topology:
                                                arguments=self.work_arguments())
             await work.bind(exchange, routing_key=self.queue)
             await channel.declare_queue(self.alone, durable=True, arguments=self.alone_arguments())
+            await self.declare_paused(channel)
             dead = await channel.declare_queue(self.dead, durable=True,
                                                arguments=self.dead_arguments())
             await dead.bind(dlx, routing_key="")
             for delay in self.tiers:
                 await channel.declare_queue(self.tier_name(delay), durable=True,
                                             arguments=self.tier_arguments(delay))
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise explain_conflict(exc) from exc
+
+    async def declare_paused(self, channel: AbstractChannel) -> AbstractQueue:
+        """Declare the pause flag (idempotent); its declare-ok counts the ready messages."""
+        try:
+            return await channel.declare_queue(self.paused, durable=True,
+                                               arguments=self.paused_arguments())
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise explain_conflict(exc) from exc
 
@@ -209,6 +234,12 @@ def explain_conflict(exc: BaseException) -> ConfigError:
             f"an unlimited delivery limit, see docs/rabbitmq-versions.md), or move its messages "
             f"and delete it (`rabbitmqctl delete_queue {name}`), then run `jobq init "
             f"--transport=rabbitmq` again", key=key)
+    elif name.endswith(".paused"):
+        key = "queue"
+        remedy = (f"jobq keeps the pause of queue {name[:-7]!r} in it (one message while paused): "
+                  f"if it is not jobq's, choose another queue name ({key}); if it is, delete it "
+                  f"(`rabbitmqctl delete_queue {name}`; the queue is then not paused) and run "
+                  "`jobq init --transport=rabbitmq` again")
     elif ".retry." in name:
         key = "rabbitmq.retry_tiers"
         remedy = (f"this retry tier was declared by an older jobq (tiers are now quorum queues "

@@ -30,6 +30,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "schema": sql.Identifier(schema),
         "jobs": sql.Identifier(schema, "jobs"),
         "migrations": sql.Identifier(schema, "migrations"),
+        "queues": sql.Identifier(schema, "queues"),
         "attempts": sql.Identifier(schema, "attempts"),
         "schedules": sql.Identifier(schema, "schedules"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),

@@ -372,6 +372,34 @@ SELECT 'running', count(*), NULL FROM {jobs} WHERE queue = %(queue)s AND status 
 UNION ALL
 SELECT 'dead', count(*), NULL FROM {jobs} WHERE queue = %(queue)s AND status = 'dead';
 
+-- name: paused
+-- Whether the queue is paused (a row with paused_at set) and since when. Every consumer asks
+-- about every second and `jobq stats` once: a primary-key probe (migration 7).
+SELECT paused_at FROM {queues} WHERE queue = %(queue)s;
+
+-- name: pause
+-- `jobq pause`: paused from now, unless it already is. No row back means it already was (the
+-- update's WHERE, checked on the row's latest version, keeps the first pause's time); the
+-- caller then reads since when.
+INSERT INTO {queues} AS q (queue, paused_at) VALUES (%(queue)s, now())
+    ON CONFLICT (queue) DO UPDATE SET paused_at = now() WHERE q.paused_at IS NULL
+RETURNING paused_at;
+
+-- name: resume
+-- `jobq resume`: the time of the pause it ended; no row back means the queue was not paused.
+-- FOR UPDATE: of two resumes at once, the second waits for the first, finds paused_at NULL on
+-- the row's latest version, and changes nothing. The row stays (paused_at NULL): it is the
+-- queue's.
+WITH ended AS (
+    SELECT queue, paused_at FROM {queues}
+     WHERE queue = %(queue)s AND paused_at IS NOT NULL
+       FOR UPDATE
+)
+UPDATE {queues} AS q SET paused_at = NULL
+  FROM ended
+ WHERE q.queue = ended.queue
+RETURNING ended.paused_at;
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS {migrations} (
     version    integer PRIMARY KEY,

@@ -107,6 +107,17 @@ ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS key text;
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON {jobs} (queue, key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');
 
+-- migration: 7 queues: pause and resume
+-- One row per queue that was ever paused; paused_at is set while it is paused (`jobq pause`,
+-- cleared by `jobq resume`; queries.sql: pause, resume). Every consumer reads its queue's row
+-- about every second (queries.sql: paused): a primary-key probe of a table of a few rows. The
+-- claim does not look at it: the pool stops asking for work instead (docs/architecture.md,
+-- "Pause and resume"), so pausing costs the claim nothing.
+CREATE TABLE IF NOT EXISTS {queues} (
+    queue     text PRIMARY KEY,
+    paused_at timestamptz
+);
+
 -- migration: 9 periodic schedules
 -- The last tick each schedule (config `schedules:`) fired, per queue. A consumer fires a tick
 -- in one transaction: lock the row (SKIP LOCKED: another process is firing it), check that
