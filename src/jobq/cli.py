@@ -199,7 +199,8 @@ def admin_parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="dead-letter management")
     _common(dead)
     dead.add_argument("action", choices=("list", "requeue", "purge"))
-    dead.add_argument("--id", type=int, action="append", dest="ids", help="a job id (repeatable)")
+    dead.add_argument("--id", action="append", dest="ids",
+                      help="a job id (repeatable; on RabbitMQ the message_id, any text)")
     dead.add_argument("--kind", dest="dead_kind", help="every dead job of this kind")
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
     dead.add_argument("--limit", type=int, default=100)

@@ -172,14 +172,14 @@ class Admin(Protocol):
     async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs of the queue with their error, oldest first (they stay dead)."""
 
-    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_requeue(self, ids: Sequence[str] | None = None, kind: str | None = None
                            ) -> list[str]:
         """Give dead jobs (all, these ids, and/or this kind) a fresh set of attempts; their ids.
 
         Raises ConfigError naming the ids that are not dead jobs of the queue (nothing moved).
         """
 
-    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_purge(self, ids: Sequence[str] | None = None, kind: str | None = None
                          ) -> list[str]:
         """Delete dead jobs (chosen as ``dead_requeue``); their ids."""
 

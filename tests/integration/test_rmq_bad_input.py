@@ -31,7 +31,7 @@ BAD = [  # (body, message_id, type, headers, the reason it must be dead-lettered
     (b"[1, 2]", "b3", "demo", {}, "MalformedJob: body is not a JSON object (got list)"),
     (('{"a": ' + DEEP + "}").encode(), "b4", "demo", {},
      "MalformedJob: body is nested too deeply to decode"),
-    (b"{}", "b5", None, {}, "MalformedJob: message has no type (the job kind)"),
+    (b"{}", "b5", "k" * 201, {}, "MalformedJob: kind is longer than 200 characters"),
     (b"{}", "b6", "demo", {"x-jobq-attempt": "3"},
      "MalformedJob: header x-jobq-attempt is not an integer >= 0 (got str '3')"),
     (json.dumps({"pad": "x" * 8000}).encode(), "b7", "demo", {},

@@ -105,18 +105,18 @@ class PostgresAdmin:
                         last_error=error, finished_at=finished, payload=shown_payload(payload))
                 for job_id, kind, attempts, max_attempts, error, finished, payload in rows]
 
-    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_requeue(self, ids: Sequence[str] | None = None, kind: str | None = None
                            ) -> list[str]:
         """Move dead jobs back to pending with attempts reset; unknown ids are refused."""
-        await self._check_ids(ids)
-        rows = await self._fetch("dead_requeue", {"queue": self._queue, "ids": ids, "kind": kind})
+        numbers = await self._check_ids(ids)
+        rows = await self._fetch("dead_requeue", {"queue": self._queue, "ids": numbers, "kind": kind})
         return [str(row[0]) for row in rows]
 
-    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_purge(self, ids: Sequence[str] | None = None, kind: str | None = None
                          ) -> list[str]:
         """Delete dead jobs; unknown ids are refused."""
-        await self._check_ids(ids)
-        rows = await self._fetch("dead_purge", {"queue": self._queue, "ids": ids, "kind": kind})
+        numbers = await self._check_ids(ids)
+        rows = await self._fetch("dead_purge", {"queue": self._queue, "ids": numbers, "kind": kind})
         return [str(row[0]) for row in rows]
 
     async def depth(self) -> Depth:
@@ -164,12 +164,19 @@ class PostgresAdmin:
                                   "config first") from exc
             return []
 
-    async def _check_ids(self, ids: Sequence[int] | None) -> None:
+    async def _check_ids(self, ids: Sequence[str] | None) -> list[int] | None:
+        """``ids`` as the table's integers; ConfigError for one that is not a dead job here."""
         if not ids:
-            return
+            return None
+        bad = [i for i in ids if not i.isdigit() or len(i) > 19]
+        if bad:
+            raise ConfigError(f"not a job id: {', '.join(bad)} (ids are integers on PostgreSQL)",
+                              key="--id")
+        numbers = [int(i) for i in ids]
         found = {row[0] for row in await self._fetch(
-            "dead_existing", {"queue": self._queue, "ids": list(ids)})}
-        missing = [i for i in ids if i not in found]
+            "dead_existing", {"queue": self._queue, "ids": numbers})}
+        missing = [i for i in numbers if i not in found]
         if missing:
             raise ConfigError(f"no dead job with id {', '.join(map(str, missing))} in queue "
                               f"{self._queue!r}; `jobq dead list` shows them", key="--id")
+        return numbers

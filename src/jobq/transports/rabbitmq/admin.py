@@ -143,7 +143,7 @@ class RabbitAdmin:
         async with self._channel(confirms=False) as channel:
             return [dead_row(m) for m in await self._walk(channel, limit)]
 
-    async def dead_requeue(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_requeue(self, ids: Sequence[str] | None = None, kind: str | None = None
                            ) -> list[str]:
         """Publish dead jobs back to the work queue with attempts reset; unknown ids are refused."""
         t = self._topology
@@ -164,7 +164,7 @@ class RabbitAdmin:
                 await message.ack()
         return [str(m.message_id) for m in chosen]
 
-    async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
+    async def dead_purge(self, ids: Sequence[str] | None = None, kind: str | None = None
                          ) -> list[str]:
         """Delete dead jobs; unknown ids are refused."""
         async with self._channel(confirms=False) as channel:
@@ -173,7 +173,7 @@ class RabbitAdmin:
                 await message.ack()
         return [str(m.message_id) for m in chosen]
 
-    def _choose(self, messages: list[AbstractIncomingMessage], ids: Sequence[int] | None,
+    def _choose(self, messages: list[AbstractIncomingMessage], ids: Sequence[str] | None,
                 kind: str | None) -> list[AbstractIncomingMessage]:
         wanted = {str(i) for i in ids} if ids else None
         if wanted is not None:

@@ -101,7 +101,7 @@ def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
 
 
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
-              drop: tuple[str, ...] = ()) -> Outgoing:
+              drop: tuple[str, ...] = (), identity: tuple[str, str] | None = None) -> Outgoing:
     """A copy of a received message to publish again: broker headers and ``drop`` removed,
     ``headers`` set.
 
@@ -135,8 +135,11 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
     # A property that arrived undecodable (see ``frames``) is not sent on as it came: the
     # copy must be a message every client can read.
     stamp = props.timestamp if type(props.timestamp) is datetime else None
-    return body, properties(kept, message_id=_text(props.message_id), kind=_text(props.message_type),
-                            timestamp=stamp, content_type=_text(props.content_type))
+    # A foreign message without an id or kind: the copy carries the ones it was given (identity).
+    job_id, kind = identity or (None, None)
+    return body, properties(kept, message_id=_text(props.message_id) or job_id,
+                            kind=_text(props.message_type) or kind, timestamp=stamp,
+                            content_type=_text(props.content_type))
 
 
 def _text(value: Any) -> str | None:
@@ -159,18 +162,19 @@ def _counter_problem(headers: Mapping[str, Any], name: str, minimum: int) -> str
 
 
 def _identity(props: Basic.Properties) -> tuple[str | None, str | None]:
-    """Why the message's id or kind cannot be a job's, or None each."""
+    """Why the message's id or kind cannot be a job's, or None each (absent ones are fine:
+    a foreign producer's plain message gets an id and the default kind, see ``decode``)."""
     job_id, kind = props.message_id, props.message_type
     id_problem = None
-    if not job_id:
-        id_problem = "message has no message_id (the job id)"
+    if job_id is None or job_id == "":
+        pass
     elif isinstance(job_id, Undecodable):
         id_problem = f"message_id {job_id.reason}"
     elif not isinstance(job_id, str):
         id_problem = f"message_id is not a string (got {type(job_id).__name__})"
     kind_text = None if kind is None or kind == "" else (
         f"type (the job kind) {kind.reason}" if isinstance(kind, Undecodable) else kind_problem(kind))
-    return id_problem, ("message has no type (the job kind)" if not kind else kind_text)
+    return id_problem, kind_text
 
 
 def _user_headers(headers: Mapping[str, Any], limits: LimitsConfig) -> tuple[dict[str, str], str | None]:
@@ -217,8 +221,14 @@ def _x_headers(headers: Mapping[str, Any]) -> tuple[dict[str, str], int]:
 
 
 def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: int,
-           fallback_id: str, limits: LimitsConfig | None = None) -> tuple[Job, str | None]:
+           fallback_id: str | None = None, limits: LimitsConfig | None = None,
+           default_kind: str = "") -> tuple[Job, str | None]:
     """The job a message carries and, if it is not a valid one, why (the job is then partial).
+
+    A message from a producer that knows nothing of jobq (a JSON object body, no
+    ``message_id``, no ``type``: what most AMQP clients send) is a job: its id is
+    ``fallback_id`` or a new one, its kind ``default_kind`` or the queue's name. The consumer
+    writes both into every copy it makes, so a retry or dead letter keeps them.
 
     Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
     object, a missing or wrong-typed id or kind, headers that are not a table or too large, a
@@ -241,8 +251,10 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
                or (None if stamp is None or type(stamp) is datetime else _stamp_problem(stamp)))
     job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
     kind = props.message_type if isinstance(props.message_type, str) else ""
+    if props.message_type is None or props.message_type == "":
+        kind = default_kind or queue
     job = Job(
-        id=job_id or fallback_id,
+        id=job_id or fallback_id or new_job_id(),
         queue=queue,
         kind=kind,
         payload=payload,

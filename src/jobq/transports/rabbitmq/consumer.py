@@ -405,7 +405,8 @@ class RabbitTransport:
             self.stale += 1
             return
         raw = handle.message
-        body, props = republish(raw.body, raw.header.properties, headers, drop)
+        job = delivery.job
+        body, props = republish(raw.body, raw.header.properties, headers, drop, (job.id, job.kind))
         copier = self._copier
         if patient and self._publish_link.blocked and not self._closing:
             self._hold(handle, body, props, exchange, routing_key)
@@ -596,8 +597,8 @@ class RabbitTransport:
         deliver: Any = message.delivery  # Deliver or GetOk: both have the tag
         tag: int = deliver.delivery_tag
         job, problem = decode_message(message.body, message.header.properties, queue=self._queue,
-                                      max_attempts=self._max_attempts, fallback_id=f"amqp-{tag}",
-                                      limits=self._limits)
+                                      max_attempts=self._max_attempts, limits=self._limits,
+                                      default_kind=self._cfg.default_kind)
         return Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
 
     async def _on_message(self, session: Session, message: DeliveredMessage) -> None:
