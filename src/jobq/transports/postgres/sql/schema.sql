@@ -106,3 +106,15 @@ CREATE INDEX IF NOT EXISTS jobs_isolated_idx ON {jobs} (queue, run_at, id)
 ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS key text;
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON {jobs} (queue, key)
     WHERE key IS NOT NULL AND status IN ('pending', 'running');
+
+-- migration: 8 retention: finished jobs by age
+-- postgres.retention and `jobq prune` delete done and dead rows older than their retention, a
+-- batch at a time (queries.sql: prune). This index finds them oldest first in one range scan
+-- per queue and state, however many rows are younger or belong to other queues; without it
+-- every prune round would read the whole table. Every done or dead row gets an entry (an ack
+-- already writes new index entries, since it changes status, which the partial indexes name),
+-- whether or not retention is set: about 30 bytes a row. Building it on an existing table
+-- scans the table once and holds writes (enqueues, claims, acks) until the migration commits.
+-- (Migration 7 is the queue pause state's; the loader applies what is missing, in file order.)
+CREATE INDEX IF NOT EXISTS jobs_finished_idx ON {jobs} (queue, status, finished_at)
+    WHERE status IN ('done', 'dead');
