@@ -35,6 +35,15 @@ def _key_value(text: str) -> tuple[str, Any]:
     return key, parse_scalar(value)  # the same typing rules as the YAML values
 
 
+def _duration(text: str) -> float:
+    from jobq.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="YAML config file (default: $JOBQ_CONFIG)")
     parser.add_argument("--transport", "-t", choices=("postgres", "rabbitmq"))
@@ -156,6 +165,24 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
+    prune = sub.add_parser(
+        "prune", help="delete finished jobs older than their retention",
+        description="Delete the queue's finished jobs that ended more than --older-than ago "
+                    "(default: postgres.retention of that state). PostgreSQL: done and dead rows, "
+                    "in batches of postgres.retention.batch, taking the lock the consumers' "
+                    "pruner takes (it waits for a consumer's round to end). RabbitMQ: dead "
+                    "letters in <queue>.dead whose x-jobq-dead-at is older; younger ones stay, "
+                    "in their place. Prints how many were deleted.",
+        epilog="Durations: 30s, 15m, 12h, 1d, 14d, or a number of seconds. Without --state, "
+               "PostgreSQL prunes both states (each with its retention, or --older-than); "
+               "RabbitMQ only has dead letters. A state with neither a retention nor "
+               "--older-than is an error (exit 2).")
+    _common(prune)
+    prune.add_argument("--older-than", type=_duration, metavar="D",
+                       help="age past which a finished job is deleted (default: "
+                            "postgres.retention.<state>; required on RabbitMQ)")
+    prune.add_argument("--state", choices=("done", "dead"),
+                       help="only jobs in this state (default: every state that has a retention)")
     return p
 
 
@@ -182,7 +209,7 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, dead."""
+    """``jobq``: init, stats, dead, prune."""
     args = admin_parser().parse_args(argv)
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):

@@ -136,7 +136,7 @@ class DeadJob:
 
 
 class Admin(Protocol):
-    """An operator's view of one queue: set-up, depth and the dead letters."""
+    """An operator's view of one queue: set-up, depth, the dead letters and retention."""
 
     async def init(self) -> str:
         """Create or upgrade what the queue needs (idempotent); one line saying what was done."""
@@ -157,3 +157,8 @@ class Admin(Protocol):
     async def dead_purge(self, ids: Sequence[int] | None = None, kind: str | None = None
                          ) -> list[str]:
         """Delete dead jobs (chosen as ``dead_requeue``); their ids."""
+
+    async def prune(self, state: str, older_than: float) -> int:
+        """Delete the queue's jobs in ``state`` ("done" or "dead") that ended more than
+        ``older_than`` seconds ago; how many. ConfigError (key ``--state``) for a state the
+        backend keeps nothing of (RabbitMQ: done)."""
