@@ -113,7 +113,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_key_idx ON {jobs} (queue, key)
 -- per queue and state, however many rows are younger or belong to other queues; without it
 -- every prune round would read the whole table. Every done or dead row gets an entry (an ack
 -- already writes new index entries, since it changes status, which the partial indexes name),
--- whether or not retention is set: about 30 bytes a row. Building it on an existing table
+-- whether or not retention is set: 8 to 31 bytes a row measured (the rows of one ack flush share
+-- a finished_at, which B-tree deduplication stores once). Building it on an existing table
 -- scans the table once and holds writes (enqueues, claims, acks) until the migration commits.
 -- (Migration 7 is the queue pause state's; the loader applies what is missing, in file order.)
 CREATE INDEX IF NOT EXISTS jobs_finished_idx ON {jobs} (queue, status, finished_at)
