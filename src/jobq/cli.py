@@ -168,21 +168,22 @@ def admin_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser(
         "prune", help="delete finished jobs older than their retention",
         description="Delete the queue's finished jobs that ended more than --older-than ago "
-                    "(default: postgres.retention of that state). PostgreSQL: done and dead rows, "
-                    "in batches of postgres.retention.batch, taking the lock the consumers' "
-                    "pruner takes (it waits for a consumer's round to end). RabbitMQ: dead "
-                    "letters in <queue>.dead whose x-jobq-dead-at is older; younger ones stay, "
-                    "in their place. Prints how many were deleted.",
-        epilog="Durations: 30s, 15m, 12h, 1d, 14d, or a number of seconds. Without --state, "
-               "PostgreSQL prunes both states (each with its retention, or --older-than); "
-               "RabbitMQ only has dead letters. A state with neither a retention nor "
-               "--older-than is an error (exit 2).")
+                    "(default: postgres.retention of their state), and print how many. "
+                    "PostgreSQL: done and dead rows, postgres.retention.batch rows per DELETE, "
+                    "under the lock the consumers' pruner takes (a consumer's round in progress "
+                    "is waited for); their space is reused once (auto)vacuum has run. RabbitMQ: "
+                    "dead letters in <queue>.dead whose x-jobq-dead-at is older; the younger ones "
+                    "stay, in their places.",
+        epilog="Durations: 30s, 15m, 12h, 1d, 14d, or a number of seconds. With neither "
+               "--older-than nor a retention for a state asked for, nothing is deleted and the "
+               "exit code is 2.")
     _common(prune)
     prune.add_argument("--older-than", type=_duration, metavar="D",
-                       help="age past which a finished job is deleted (default: "
+                       help="delete jobs that ended more than D ago (default: "
                             "postgres.retention.<state>; required on RabbitMQ)")
     prune.add_argument("--state", choices=("done", "dead"),
-                       help="only jobs in this state (default: every state that has a retention)")
+                       help="only this state (default: PostgreSQL both, or with no --older-than "
+                            "those with a retention; RabbitMQ dead, the only one it keeps)")
     return p
 
 

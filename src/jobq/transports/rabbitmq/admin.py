@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,8 +39,7 @@ _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 def dead_row(message: AbstractIncomingMessage) -> DeadJob:
     """A dead message as the same row `jobq dead list` shows for Postgres."""
     headers = message.headers or {}
-    deaths = headers.get("x-death")
-    death = deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
+    death = _first_death(headers)
     error = headers.get(ERROR)
     if error is None and death:  # dead-lettered by the broker itself (x-delivery-limit, ...)
         error = (f"dead-lettered by RabbitMQ: {as_text(death.get('reason'))} "
@@ -60,7 +59,10 @@ def dead_row(message: AbstractIncomingMessage) -> DeadJob:
 def dead_at(message: AbstractIncomingMessage) -> datetime | None:
     """When a dead letter died: jobq's ``x-jobq-dead-at`` (ISO text), else the broker's
     ``x-death`` time; None when neither says (a letter of unknown age, never pruned)."""
-    at = dead_row(message).finished_at
+    headers = message.headers or {}
+    at = headers.get(DEAD_AT, _first_death(headers).get("time"))
+    if isinstance(at, bytes):
+        at = as_text(at)
     if isinstance(at, str):
         try:
             at = datetime.fromisoformat(at)
@@ -69,6 +71,12 @@ def dead_at(message: AbstractIncomingMessage) -> datetime | None:
     if not isinstance(at, datetime):
         return None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # AMQP timestamps are UTC
+
+
+def _first_death(headers: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The broker's latest dead-lettering of a message (``x-death``'s first entry), or {}."""
+    deaths = headers.get("x-death")
+    return deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
 
 
 def _count(value: object) -> int | None:
