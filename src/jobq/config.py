@@ -112,7 +112,7 @@ class RetentionConfig:
     done: float | None = None
     dead: float | None = None
     interval: float = 60.0  # seconds between a consumer's prune rounds
-    batch: int = 1000  # rows per DELETE statement (each its own short transaction)
+    batch: int = 1000  # rows per DELETE statement at most (each its own short transaction)
 
     @property
     def enabled(self) -> bool:

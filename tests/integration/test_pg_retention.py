@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, PostgresConfig, RetentionConfig
+from jobq.errors import ConnectionLost
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.retention import Pruner
 from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env, start_cli, wait_until
@@ -133,12 +134,14 @@ async def test_one_pruner_at_a_time_the_others_skip_the_round(
     a, b = (pruner(pool, schema, queue_name, done=3600, batch=100) for _ in range(2))
     results = await asyncio.gather(a.round(), b.round())
     assert sorted(results, key=lambda r: r is None) == [{"done": 20_000}, None], results
-    assert not advisory_locks(pg_dsn)  # released at the end of the round
+    assert not advisory_locks(pg_dsn, schema, queue_name)  # released at the end of the round
 
 
-def advisory_locks(dsn: str) -> list[tuple[object, ...]]:
-    return fetch(dsn, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' "
-                      "AND classid = (hashtext('jobq prune') & x'ffffffff'::bigint)::oid")
+def advisory_locks(dsn: str, schema: str, queue: str) -> list[tuple[object, ...]]:
+    """The sessions holding the prune lock of ``schema``.``queue``."""
+    return fetch(dsn, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                      "AND classid = (hashtext('jobq prune') & x'ffffffff'::bigint)::oid "
+                      "AND objid = (hashtext(%s) & x'ffffffff'::bigint)::oid", [f"{schema}.{queue}"])
 
 
 async def test_jobq_prune_waits_for_a_consumers_round_instead_of_skipping(
@@ -163,7 +166,8 @@ async def test_a_failing_round_is_logged_and_the_next_one_tries_again(
     await asyncio.gather(task, return_exceptions=True)
     failures = [r.getMessage() for r in caplog.records if "pruning queue" in r.getMessage()]
     assert len(failures) >= 3 and "no_such_schema" in failures[0], failures
-    assert not advisory_locks(pg_dsn)  # the failed rounds' connections took their locks along
+    # Gone with the failed rounds' connections (once the server has ended their sessions).
+    assert wait_until(lambda: not advisory_locks(pg_dsn, "no_such_schema", queue_name), 5)
 
 
 def prune_cli(schema: str, queue: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -238,3 +242,35 @@ def test_running_consumers_prune_what_they_finished(
     assert [proc.returncode for proc in consumers] == [0, 0], outputs
     logs = "".join(err for _, err in outputs)
     assert "pruned queue" in logs and "failed" not in logs, logs
+
+
+
+class Slow(Pruner):
+    """A pruner whose DELETEs take 0.8 ms a row (large rows), against a deadline of 1 s."""
+
+    async def _execute(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
+        if name == "prune":
+            if params["batch"] >= 1000:  # would take 1 s: the deadline cuts it
+                raise ConnectionLost("postgres prune: no answer from PostgreSQL within 1s")
+            await asyncio.sleep(params["batch"] * 0.0008)
+        return await super()._execute(conn, name, params)
+
+
+async def test_batches_shrink_to_fit_the_statement_deadline_and_grow_back(
+        pool: Any, pg_dsn: str, schema: str, queue_name: str) -> None:
+    insert(pg_dsn, schema, queue_name, "done", OLD, 2000)
+    settings = PostgresConfig(schema=schema, network_timeout=1.0,
+                              retention=RetentionConfig(done=3600))
+    slow = Slow(pool, settings, queue=queue_name)
+    with pytest.raises(ConnectionLost):  # 1,000 rows outlast the deadline: the round fails ...
+        await slow.round()
+    assert slow.batch == 500  # ... and the next one starts with half
+    # (once the server has ended the failed round's session, and its lock with it)
+    assert wait_until(lambda: not advisory_locks(pg_dsn, schema, queue_name), 5)
+    # 500 rows took 0.4 s, over a quarter of the deadline: 250 from then on (0.2 s each).
+    assert await slow.round() == {"done": 2000} and slow.batch == 250
+
+    insert(pg_dsn, schema, queue_name, "done", OLD, 2000)
+    quick = Pruner(pool, settings, queue=queue_name)
+    quick.batch = 125  # as a slow round left it; these rows delete fast
+    assert await quick.round() == {"done": 2000} and quick.batch == 1000  # doubled back

@@ -29,6 +29,7 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Pool = AsyncConnectionPool[Conn]
 STATES = ("done", "dead")
 FIRST_ROUND = 5.0  # seconds after start: soon, but not in the start-up's own rush of statements
+BUDGET = 0.25  # of the statement deadline one DELETE may take before the batches are halved
 LOCK_POLL = 0.5  # how often `jobq prune` tries again for the lock a consumer's round holds
 
 
@@ -61,6 +62,11 @@ class Pruner:
         self._q = Queries(settings.schema)
         self._key = f"{settings.schema}.{queue}"
         self._log = logger or logging.getLogger("jobq.postgres")
+        # Rows per DELETE, at most retention.batch: halved after a statement that took more
+        # than BUDGET of the deadline (or failed), doubled back after a quick one. A batch of
+        # large rows (TOASTed payloads) could outlast the deadline, and would then fail every
+        # round, for ever.
+        self.batch = settings.retention.batch
         self.pruned = dict.fromkeys(STATES, 0)  # rows this process deleted, by state
         self.skipped = 0  # rounds left to another pruner that held the lock
 
@@ -82,8 +88,9 @@ class Pruner:
             try:
                 await self.round()
             except TransportError as exc:
-                self._log.warning("pruning queue %r failed (%s); next round in %s", self._queue,
-                                  describe(exc), format_duration(interval))
+                self._log.warning("pruning queue %r failed (%s); next round in %s, %d rows per "
+                                  "statement", self._queue, describe(exc),
+                                  format_duration(interval), self.batch)
             except Exception:  # a bug must cost the pruning a round, never the consumer
                 self._log.exception("pruning queue %r failed unexpectedly; next round in %s",
                                     self._queue, format_duration(interval))
@@ -111,7 +118,12 @@ class Pruner:
                 self.skipped += 1
                 self._log.debug("prune of queue %r skipped: another pruner holds it", self._queue)
                 return None
-            pruned = {state: await self._batches(conn, state, age) for state, age in ages.items()}
+            try:
+                pruned = {state: await self._batches(conn, state, age)
+                          for state, age in ages.items()}
+            except TransportError:
+                self.batch = max(1, self.batch // 2)
+                raise
         if any(pruned.values()):
             self._log.info("pruned queue %r: %s (%.2fs)", self._queue, ", ".join(
                 f"{pruned[s]} {s} jobs older than {format_duration(a)}" for s, a in ages.items()),
@@ -121,15 +133,25 @@ class Pruner:
     async def _batches(self, conn: Conn, state: str, older_than: float) -> int:
         """Delete batch after batch until one comes back short; the rows deleted."""
         total = 0
-        params = {"queue": self._queue, "status": state, "older_than": older_than,
-                  "batch": self._retention.batch}
         while True:
-            cur = await self._execute(conn, "prune", params)
+            batch = self.batch
+            started = time.monotonic()
+            cur = await self._execute(conn, "prune", {"queue": self._queue, "status": state,
+                                                      "older_than": older_than, "batch": batch})
+            self._fit(time.monotonic() - started)
             deleted = max(cur.rowcount, 0)
             total += deleted
             self.pruned[state] += deleted  # counted as it commits: a later batch may fail
-            if deleted < self._retention.batch:
+            if deleted < batch:
                 return total
+
+    def _fit(self, took: float) -> None:
+        """The next DELETE's batch, from how long this one took."""
+        budget = self._deadline * BUDGET
+        if took > budget:
+            self.batch = max(1, self.batch // 2)
+        elif took < budget / 4:
+            self.batch = min(self._retention.batch, self.batch * 2)
 
     @contextlib.asynccontextmanager
     async def _locked(self, *, wait: bool) -> AsyncIterator[Conn | None]:
