@@ -3,8 +3,8 @@
 Consumers run ``Pruner.run`` beside their other background work; ``jobq prune`` runs
 ``Pruner.prune``. Both go through ``_locked``: one pruner at a time per schema and queue
 (a session advisory lock on the pruner's connection, for the round), deleting in batches of
-``retention.batch`` rows, each its own transaction with the statement deadline
-``postgres.network_timeout``. A failed round is logged and the next one tries again.
+at most ``retention.batch`` rows fitted to the statement deadline (``postgres.network_timeout``),
+each its own transaction. A failed round is logged and the next one tries again.
 """
 
 from __future__ import annotations
