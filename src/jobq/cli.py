@@ -36,6 +36,15 @@ def _key_value(text: str) -> tuple[str, Any]:
     return key, parse_scalar(value)  # the same typing rules as the YAML values
 
 
+def _duration(text: str) -> float:
+    from jobq.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="YAML config file (default: $JOBQ_CONFIG)")
     parser.add_argument("--transport", "-t", choices=("postgres", "rabbitmq"))
@@ -205,6 +214,25 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
+    prune = sub.add_parser(
+        "prune", help="delete finished jobs older than their retention",
+        description="Delete the queue's finished jobs that ended more than --older-than ago "
+                    "(default: postgres.retention of their state), and print how many. "
+                    "PostgreSQL: done and dead rows, postgres.retention.batch rows per DELETE, "
+                    "under the lock the consumers' pruner takes (a consumer's round in progress "
+                    "is waited for); their space is reused once (auto)vacuum has run. RabbitMQ: "
+                    "dead letters in <queue>.dead whose x-jobq-dead-at is older; the younger ones "
+                    "stay, in their places.",
+        epilog="Durations: 30s, 15m, 12h, 1d, 14d, or a number of seconds. With neither "
+               "--older-than nor a retention for a state asked for, nothing is deleted and the "
+               "exit code is 2.")
+    _common(prune)
+    prune.add_argument("--older-than", type=_duration, metavar="D",
+                       help="delete jobs that ended more than D ago (default: "
+                            "postgres.retention.<state>; required on RabbitMQ)")
+    prune.add_argument("--state", choices=("done", "dead"),
+                       help="only this state (default: PostgreSQL both, or with no --older-than "
+                            "those with a retention; RabbitMQ dead, the only one it keeps)")
     schedules = sub.add_parser(
         "schedules", help="the periodic schedules of the config, their last tick and next run",
         description="List the config's schedules: what each enqueues, the last tick fired (as "
@@ -237,7 +265,7 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, pause, resume, dead, schedules."""
+    """``jobq``: init, stats, pause, resume, dead, prune, schedules."""
     args = admin_parser().parse_args(argv)
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):

@@ -29,6 +29,8 @@ from jobq.container import (
     get_worker_pool,
     schema_sql,
 )
+from jobq.durations import format_duration
+from jobq.errors import ConfigError
 from jobq.metrics import Metrics, serve
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
@@ -38,7 +40,7 @@ from jobq.routing import require_processor
 from jobq.schedules import parse_schedules, scheduling
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
-from jobq.transport import NewJob, Transport
+from jobq.transport import Admin, NewJob, Transport
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
@@ -214,16 +216,48 @@ async def list_schedules(settings: Settings, as_json: bool) -> int:
     return 0
 
 
+def prune_ages(settings: Settings, state: str | None, older_than: float | None
+               ) -> dict[str, float]:
+    """What ``jobq prune`` deletes: state -> age in seconds (``--older-than``, else the state's
+    ``postgres.retention``); ConfigError, before anything connects, when that says nothing."""
+    rabbit = settings.transport == "rabbitmq"
+    if rabbit and state == "done":
+        raise ConfigError("RabbitMQ keeps no done jobs (an acked message is gone): only dead "
+                          "letters can be pruned (--state dead)", key="--state")
+    states = [state] if state else ["dead"] if rabbit else ["done", "dead"]
+    if older_than is not None:
+        return dict.fromkeys(states, older_than)
+    how = "say how old with --older-than D (30s, 15m, 12h, 1d, 14d or seconds)"
+    if rabbit:
+        raise ConfigError(f"RabbitMQ has no retention setting: {how}", key="--older-than")
+    ages = {s: age for s in states if (age := settings.postgres.retention.of(s)) is not None}
+    if not ages:
+        unset = " nor ".join(f"postgres.retention.{s}" for s in states)
+        raise ConfigError(f"neither --older-than nor {unset} is set: {how}", key="--older-than")
+    return ages
+
+
+async def _prune(admin: Admin, settings: Settings, args: argparse.Namespace) -> None:
+    for state, age in prune_ages(settings, args.state, args.older_than).items():
+        pruned = await admin.prune(state, age)
+        print(f"pruned {pruned} {state} jobs older than {format_duration(age)} "
+              f"from queue {settings.queue!r}")
+
+
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
-    """``jobq init|stats|pause|resume|dead|schedules``."""
+    """``jobq init|stats|pause|resume|dead|prune|schedules``."""
     if args.command == "schedules":
         return await list_schedules(settings, args.json)
     if args.command == "init" and args.print_sql:
         print(schema_sql(settings))
         return 0
+    if args.command == "prune":
+        prune_ages(settings, args.state, args.older_than)  # a config error before connecting
     async with wired(settings) as container:
         admin = await get_admin(container)
-        if args.command == "init":
+        if args.command == "prune":
+            await _prune(admin, settings, args)
+        elif args.command == "init":
             print(await admin.init())  # the migrations applied or the topology declared
         elif args.command == "stats":
             depth, paused = await admin.depth(), await admin.pause_state()

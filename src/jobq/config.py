@@ -19,6 +19,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 
+from jobq.durations import parse_duration
 from jobq.errors import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
@@ -101,6 +102,30 @@ class ConnectConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RetentionConfig:
+    """How long done and dead jobs stay in the table, in seconds (None: for ever).
+
+    Carried out by the running consumers, one at a time per queue (transports/postgres/retention.py),
+    and by ``jobq prune``. The default keeps every row, as before the setting existed.
+    """
+
+    done: float | None = None
+    dead: float | None = None
+    interval: float = 60.0  # seconds between a consumer's prune rounds
+    batch: int = 1000  # rows per DELETE statement at most (each its own short transaction)
+
+    @property
+    def enabled(self) -> bool:
+        """True when a consumer has anything to prune."""
+        return self.done is not None or self.dead is not None
+
+    def of(self, state: str) -> float | None:
+        """The retention of ``state`` ("done" or "dead"), None when kept for ever."""
+        value: float | None = self.done if state == "done" else self.dead
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
 class PostgresConfig:
     """The PostgreSQL transport."""
 
@@ -120,6 +145,7 @@ class PostgresConfig:
     # Seconds a PostgreSQL link may stay silent: every jobq statement's deadline, and (both
     # ends) the TCP keepalives and tcp_user_timeout. 0: min(10, lease / 2).
     network_timeout: float = 0.0
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     @property
     def network_deadline(self) -> float:
@@ -244,6 +270,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.poll_interval": (lambda v: v > 0, "> 0"),
     "postgres.ack_batch": (lambda v: v >= 1, ">= 1"),
     "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
+    "postgres.retention.batch": (lambda v: 1 <= v <= 100_000, "between 1 and 100000 (rows)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
     "rabbitmq.publish_timeout": (lambda v: v > 0, "> 0 (seconds)"),
     "rabbitmq.heartbeat": (lambda v: 0 <= v < 65535, "0 (aiormq's 60 s) to 65534 (seconds)"),
@@ -259,6 +286,26 @@ _RULES: dict[str, tuple[Any, str]] = {
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),
+}
+
+
+_NULLS = ("", "~", "null", "Null", "NULL")  # YAML's spellings of null, as text from ${VAR} or env
+
+
+def _optional_duration(value: Any) -> float | None:
+    """None (kept for ever) for a null, else the seconds of a duration (ValueError if bad)."""
+    if value is None or (isinstance(value, str) and value.strip() in _NULLS):
+        return None
+    return parse_duration(value)
+
+
+# Values that are read, not just checked: key -> converter (ValueError: its message is the
+# problem), applied before the type check.
+_CONVERT: dict[str, Any] = {
+    "postgres.retention": lambda v: {} if v is None else v,  # `retention:` left empty
+    "postgres.retention.done": lambda v: _optional_duration(v),
+    "postgres.retention.dead": lambda v: _optional_duration(v),
+    "postgres.retention.interval": parse_duration,
 }
 
 
@@ -318,6 +365,12 @@ def _build(cls: Any, data: Mapping[str, Any], prefix: str, source: str) -> Any:
         if name not in fields:
             known = ", ".join(sorted(fields))
             raise ConfigError(f"unknown key (known here: {known})", key=key, source=source)
+        convert = _CONVERT.get(key)
+        if convert is not None:
+            try:
+                value = convert(value)
+            except ValueError as exc:
+                raise ConfigError(str(exc), key=key, source=source) from None
         value = _coerce(value, hints[name], key, source)
         rule = _RULES.get(key)
         if rule is not None and not rule[0](value):

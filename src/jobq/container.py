@@ -72,11 +72,15 @@ def pg_pool_size(settings: Settings) -> int:
 
     Transaction mode holds one per running job, one for picks (and the depth gauge and the
     pause watch's look every second) and one spare: concurrency + 2. The transport warns at
-    start-up when a configured size is below concurrency + 1.
+    start-up when a configured size is below concurrency + 1. With ``postgres.retention`` set,
+    one more: the pruner holds one for its round, which the claims, acks and heartbeats should
+    not have to wait for.
     """
     if settings.postgres.pool_size:
         return settings.postgres.pool_size
-    return settings.consumer.concurrency + 2 if transaction_mode(settings) else LEASE_POOL
+    pruner = 1 if settings.postgres.retention.enabled else 0
+    return pruner + (settings.consumer.concurrency + 2 if transaction_mode(settings)
+                     else LEASE_POOL)
 
 
 def pool_buffer(settings: Settings) -> int:
@@ -154,6 +158,10 @@ class Container(containers.DeclarativeContainer):
     backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link)
     transport_links = providers.Selector(cfg.transport, postgres=providers.Object(None),
                                          rabbitmq=rmq_copies_link)
+    # postgres.retention, carried out by the consumers (both claim modes) and `jobq prune`
+    pg_pruner = providers.Singleton(
+        lazy("jobq.transports.postgres.retention:Pruner"), pool=pg_pool, settings=cfg.postgres,
+        queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.postgres"))
 
     transport = providers.Selector(
         cfg.transport,
@@ -163,13 +171,14 @@ class Container(containers.DeclarativeContainer):
                 lazy("jobq.transports.postgres.lease:PostgresTransport"),
                 pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
+                pruner=pg_pruner,
             ),
             transaction=providers.Singleton(
                 lazy("jobq.transports.postgres.transaction:PgTransactionTransport"),
                 pool=pg_pool, settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
                 concurrency=cfg.consumer.concurrency, once=cfg.consumer.once,
                 logger=providers.Callable(logging.getLogger, "jobq.postgres"), limits=cfg.limits,
-                max_attempts=cfg.retry.max_attempts,
+                max_attempts=cfg.retry.max_attempts, pruner=pg_pruner,
             ),
         ),
         rabbitmq=providers.Singleton(
@@ -197,7 +206,8 @@ class Container(containers.DeclarativeContainer):
     admin = providers.Selector(
         cfg.transport,
         postgres=providers.Singleton(lazy("jobq.transports.postgres.admin:PostgresAdmin"),
-                                     pool=pg_pool, settings=cfg.postgres, queue=cfg.queue),
+                                     pool=pg_pool, settings=cfg.postgres, queue=cfg.queue,
+                                     pruner=pg_pruner),
         rabbitmq=providers.Singleton(lazy("jobq.transports.rabbitmq.admin:RabbitAdmin"),
                                      link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
                                      max_pending=cfg.limits.max_pending),

@@ -41,6 +41,10 @@ TRANSPORT_COUNTERS = {
                                         "not sent."),
     "buried": ("jobq_buried", "Jobs dead-lettered unrun: every attempt's consumer died before "
                               "settling it."),
+    "pruned_done": ("jobq_pruned_done_jobs", "Done jobs this consumer deleted past "
+                                             "postgres.retention.done."),
+    "pruned_dead": ("jobq_pruned_dead_jobs", "Dead jobs this consumer deleted past "
+                                             "postgres.retention.dead."),
 }
 
 

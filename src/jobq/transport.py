@@ -161,7 +161,7 @@ class DeadJob:
 
 
 class Admin(Protocol):
-    """An operator's view of one queue: set-up, depth, pause and the dead letters."""
+    """An operator's view of one queue: set-up, depth, pause, the dead letters and retention."""
 
     async def init(self) -> str:
         """Create or upgrade what the queue needs (idempotent); one line saying what was done."""
@@ -195,3 +195,8 @@ class Admin(Protocol):
 
     async def pause_state(self) -> PauseState:
         """Whether the queue is paused and since when (``jobq stats``)."""
+
+    async def prune(self, state: str, older_than: float) -> int:
+        """Delete the queue's jobs in ``state`` ("done" or "dead") that ended more than
+        ``older_than`` seconds ago; how many. ConfigError (key ``--state``) for a state the
+        backend keeps nothing of (RabbitMQ: done)."""

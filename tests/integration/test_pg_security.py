@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import re
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from tests.processors import completions
 
 GRANTS = re.search(r"<!-- grants:begin -->\s*```sql\n(.*?)```", (ROOT / "docs" / "security.md").read_text(),
                    re.DOTALL)
+RETENTION_GRANTS = re.search(r"<!-- retention-grants:begin -->\s*```sql\n(.*?)```",
+                             (ROOT / "docs" / "security.md").read_text(), re.DOTALL)
 
 
 def dsn_for(role: str) -> str:
@@ -126,6 +129,37 @@ def test_a_consumer_short_of_a_grant_exits_2_naming_it(roles: dict[str, str], cl
     jobs = sql.Identifier(schema, "jobs").as_string(None)
     assert last.startswith(f"jobq: config error: postgres role '{consumer}' lacks UPDATE on {jobs}")
     assert "docs/security.md" in last and "Traceback" not in result.stderr
+
+
+def test_a_pruning_consumer_needs_the_documented_delete_grant(
+        pg_dsn: str, roles: dict[str, str], queue_name: str) -> None:
+    assert GRANTS and RETENTION_GRANTS, "docs/security.md lost a grants block"
+    schema, consumer = roles["schema"], roles["consumer"]
+    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue_name]
+    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
+
+    def grant(block: str) -> None:  # as the owner, as the page says
+        with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
+            conn.execute(block.replace("SCHEMA jobq ", f"SCHEMA {schema} ")
+                         .replace("jobq.jobs", f"{schema}.jobs")
+                         .replace("jobq_producer", roles["producer"])
+                         .replace("jobq_consumer", consumer).encode())
+
+    grant(GRANTS.group(1))
+    env = as_role(consumer, schema, JOBQ_POSTGRES__RETENTION__DONE="1s")
+    refused = run_cli("consumer", *config, "--once", "-p", "noop", env=env)
+    jobs = sql.Identifier(schema, "jobs").as_string(None)
+    assert refused.returncode == 2 and (
+        f"lacks DELETE on {jobs}, which a consumer with postgres.retention needs"
+        in refused.stderr), refused.stderr
+    grant(RETENTION_GRANTS.group(1))
+    made = run_cli("producer", *config, "--count", "5", env=as_role(roles["producer"], schema))
+    assert made.returncode == 0, made.stderr
+    ran = run_cli("consumer", *config, "--once", "-p", "noop", env=env)
+    assert ran.returncode == 0, ran.stderr
+    time.sleep(1.1)  # the jobs' 1 s of retention
+    pruned = run_cli("jobq", "prune", *config, env=env)  # the pruner's statements, as that role
+    assert (pruned.returncode, pruned.stdout.split()[:2]) == (0, ["pruned", "5"]), pruned.stderr
 
 
 def test_a_schema_name_with_quotes_and_sql_is_only_ever_an_identifier(pg_dsn: str, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Postgres administration: schema migrations, dead-letter management, depth by state, pause."""
+"""Postgres administration: schema migrations, dead letters, depth by state, pause, pruning."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from jobq.errors import ConfigError, TransportError
 from jobq.transport import DeadJob, Depth, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.retention import Pruner
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
@@ -63,10 +64,12 @@ async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], ne
 
 
 class PostgresAdmin:
-    """Schema, dead letters and stats for one queue."""
+    """Schema, dead letters, stats and pruning for one queue."""
 
-    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str) -> None:
+    def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str,
+                 pruner: Pruner | None = None) -> None:
         self._pool = pool
+        self._pruner = pruner or Pruner(pool, settings, queue=queue)
         self._schema = settings.schema
         self._q = Queries(settings.schema)
         self._fetch = pool_fetch(pool, self._q)
@@ -118,6 +121,11 @@ class PostgresAdmin:
         numbers = await self._check_ids(ids)
         rows = await self._fetch("dead_purge", {"queue": self._queue, "ids": numbers, "kind": kind})
         return [str(row[0]) for row in rows]
+
+    async def prune(self, state: str, older_than: float) -> int:
+        """Delete ``state`` jobs finished more than ``older_than`` s ago, batched as the
+        consumers' pruner does (it is the same code, and takes the same lock)."""
+        return await self._pruner.prune(state, older_than)
 
     async def depth(self) -> Depth:
         """Jobs still in the queue by state (pending, running, dead; done ones are not counted)

@@ -29,6 +29,7 @@ from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.held import Held, Lease, pairs
 from jobq.transports.postgres.idle import idle_wait
 from jobq.transports.postgres.listen import listen
+from jobq.transports.postgres.retention import Pruner, consumer_needs, start
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
 
@@ -52,8 +53,10 @@ class PostgresTransport:
         queue: str,
         logger: logging.Logger | None = None,
         limits: LimitsConfig | None = None,
+        pruner: Pruner | None = None,
     ) -> None:
         self._pool = pool
+        self._pruner = pruner  # runs only with postgres.retention set; counts either way
         self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._connect = connect
@@ -84,19 +87,22 @@ class PostgresTransport:
         return not self._lost
 
     def counters(self) -> dict[str, int]:
-        """Rescued leases, reconnects, stale settles and lost leases (exported as metrics)."""
+        """Rescued leases, reconnects, stale settles, lost leases and pruned jobs (exported as
+        metrics)."""
         return {"rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale,
-                "leases_lost": self.leases_lost}
+                "leases_lost": self.leases_lost,
+                **(self._pruner.counters() if self._pruner else {})}
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
         (unless poll-only) the listener. Rescuing first lets a ``--once`` sweep pick up the jobs
-        of a consumer that died."""
-        await require_schema(functools.partial(self._run, fetch=True), self._cfg.schema, NEEDS,
-                             "a consumer")
+        of a consumer that died. With ``postgres.retention`` set, the pruner runs too."""
+        await require_schema(functools.partial(self._run, fetch=True), self._cfg.schema,
+                             *consumer_needs(NEEDS, "a consumer", self._pruner))
         await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
+        self._tasks.extend(start(self._pruner))
         if self._cfg.notify:
             self._tasks.append(asyncio.create_task(self._listen(), name="jobq-pg-listen"))
 

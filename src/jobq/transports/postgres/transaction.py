@@ -41,6 +41,7 @@ from jobq.transports.postgres.idle import idle_wait
 from jobq.transports.postgres.job_connection import HOW, JobConnection
 from jobq.transports.postgres.joined import Joined
 from jobq.transports.postgres.listen import listen
+from jobq.transports.postgres.retention import Pruner, consumer_needs, start
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
 
@@ -62,8 +63,10 @@ class PgTransactionTransport:
 
     def __init__(self, pool: Pool, settings: PostgresConfig, connect: ConnectConfig, *, queue: str,
                  concurrency: int, once: bool = False, logger: logging.Logger | None = None,
-                 limits: LimitsConfig | None = None, max_attempts: int = 5) -> None:
+                 limits: LimitsConfig | None = None, max_attempts: int = 5,
+                 pruner: Pruner | None = None) -> None:
         self._pool = pool
+        self._pruner = pruner  # runs only with postgres.retention set; counts either way
         self._limits = limits or LimitsConfig()
         self._cfg = settings
         self._connect = connect
@@ -104,8 +107,8 @@ class PgTransactionTransport:
         return True
 
     def counters(self) -> dict[str, int]:
-        """Jobs buried unrun (exported as a metric)."""
-        return {"buried": self.buried}
+        """Jobs buried unrun and jobs pruned (exported as metrics)."""
+        return {"buried": self.buried, **(self._pruner.counters() if self._pruner else {})}
 
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""
@@ -118,8 +121,8 @@ class PgTransactionTransport:
                 "each running job holds a connection, and picks need one more, so at most "
                 "%d jobs will run at once; set pool_size to %d or more (0 derives it)",
                 size, self._concurrency, self._slots, need)
-        await require_schema(pool_fetch(self._pool, Queries(self._cfg.schema)), self._cfg.schema, NEEDS,
-                             "a transaction-mode consumer")
+        await require_schema(pool_fetch(self._pool, Queries(self._cfg.schema)), self._cfg.schema,
+                             *consumer_needs(NEEDS, "a transaction-mode consumer", self._pruner))
         with translated("postgres connect"):
             # Open them all now: a server short of connections fails here, not mid-sweep.
             await self._pool.resize(min_size=size, max_size=size)
@@ -134,6 +137,7 @@ class PgTransactionTransport:
             self._tasks.append(asyncio.create_task(listen(
                 self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log,
                 network_timeout=self._cfg.network_deadline), name="jobq-pg-listen"))
+        self._tasks.extend(start(self._pruner))
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
 

@@ -1,4 +1,5 @@
-"""RabbitMQ administration: declare the topology, manage ``<q>.dead``, depth by state, pause.
+"""RabbitMQ administration: declare the topology, manage and prune ``<q>.dead``, depth by
+state, pause.
 
 The dead queue is walked with basic.get without acking: what is not chosen goes back when the
 walking channel closes. AMQP does not expose a queue's unacked count, so ``depth`` reports
@@ -8,8 +9,9 @@ walking channel closes. AMQP does not expose a queue's unacked count, so ``depth
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiormq
@@ -39,8 +41,7 @@ _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
 def dead_row(message: AbstractIncomingMessage) -> DeadJob:
     """A dead message as the same row `jobq dead list` shows for Postgres."""
     headers = message.headers or {}
-    deaths = headers.get("x-death")
-    death = deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
+    death = _first_death(headers)
     error = headers.get(ERROR)
     if error is None and death:  # dead-lettered by the broker itself (x-delivery-limit, ...)
         error = (f"dead-lettered by RabbitMQ: {as_text(death.get('reason'))} "
@@ -57,6 +58,29 @@ def dead_row(message: AbstractIncomingMessage) -> DeadJob:
     )
 
 
+def dead_at(message: AbstractIncomingMessage) -> datetime | None:
+    """When a dead letter died: jobq's ``x-jobq-dead-at`` (ISO text), else the broker's
+    ``x-death`` time; None when neither says (a letter of unknown age, never pruned)."""
+    headers = message.headers or {}
+    at = headers.get(DEAD_AT, _first_death(headers).get("time"))
+    if isinstance(at, bytes):
+        at = as_text(at)
+    if isinstance(at, str):
+        try:
+            at = datetime.fromisoformat(at)
+        except ValueError:
+            return None
+    if not isinstance(at, datetime):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # AMQP timestamps are UTC
+
+
+def _first_death(headers: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The broker's latest dead-lettering of a message (``x-death``'s first entry), or {}."""
+    deaths = headers.get("x-death")
+    return deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
+
+
 def _count(value: object) -> int | None:
     # jobq writes these headers as ints; another client's value of another type is not a count.
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -66,9 +90,10 @@ class RabbitAdmin:
     """Topology, dead letters and stats for one queue."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 max_pending: int = 0) -> None:
+                 max_pending: int = 0, logger: logging.Logger | None = None) -> None:
         frames.install()  # a dead message pamqp cannot decode must not close the connection
         self._link = link
+        self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)
         self._flag = PauseFlag(link, self._topology)
@@ -173,6 +198,35 @@ class RabbitAdmin:
                 await message.ack()
         return [str(m.message_id) for m in chosen]
 
+    async def prune(self, state: str, older_than: float) -> int:
+        """Delete the dead letters that died more than ``older_than`` s ago; how many.
+
+        One walk of ``<q>.dead`` as ``dead list`` walks it, as far as the letters there when it
+        starts (later ones are younger): an old letter is acked (deleted) at once, any other
+        stays unacked and goes back when the channel closes, in its place (a classic queue
+        puts returned messages back where they were). A letter of unknown age is kept.
+        """
+        if state != "dead":
+            raise ConfigError("RabbitMQ keeps no done jobs (an acked message is gone): only "
+                              "dead letters can be pruned (--state dead)", key="--state")
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than)
+        pruned = kept = undated = 0
+        async with self._channel(confirms=False) as channel:
+            queue = await channel.declare_queue(self._topology.dead, passive=True)
+            async for message in self._each(queue, queue.declaration_result.message_count or 0):
+                at = dead_at(message)
+                if at is not None and at < cutoff:
+                    await message.ack()
+                    pruned += 1
+                else:
+                    kept += 1
+                    if at is None:
+                        undated += 1
+        if kept:
+            self._log.info("kept %d dead letters of queue %r%s", kept, self._queue,
+                           f" ({undated} without a dead-at time)" if undated else "")
+        return pruned
+
     def _choose(self, messages: list[AbstractIncomingMessage], ids: Sequence[str] | None,
                 kind: str | None) -> list[AbstractIncomingMessage]:
         wanted = {str(i) for i in ids} if ids else None
@@ -189,13 +243,19 @@ class RabbitAdmin:
                     ) -> list[AbstractIncomingMessage]:
         """Take up to ``limit`` dead messages unacked (they return when the channel closes)."""
         queue = await channel.declare_queue(self._topology.dead, passive=True)
-        taken: list[AbstractIncomingMessage] = []
-        while limit is None or len(taken) < limit:
+        return [message async for message in self._each(queue, limit)]
+
+    @staticmethod
+    async def _each(queue: AbstractQueue, limit: int | None
+                    ) -> AsyncIterator[AbstractIncomingMessage]:
+        """The queue's messages one by one, unacked, until it is empty or ``limit`` were taken."""
+        taken = 0
+        while limit is None or taken < limit:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
-                break
-            taken.append(message)
-        return taken
+                return
+            taken += 1
+            yield message
 
     @contextlib.asynccontextmanager
     async def _channel(self, *, confirms: bool) -> AsyncIterator[AbstractChannel]:

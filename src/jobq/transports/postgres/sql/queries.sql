@@ -460,6 +460,42 @@ WITH purged AS (
 )
 SELECT id FROM purged ORDER BY id;
 
+-- name: prune_lock
+-- Retention (transports/postgres/retention.py): one pruner at a time per schema and queue,
+-- across processes and hosts. A session lock, held on the pruner's connection for its round
+-- while each batch commits on its own; the two-key form, so it never meets migration_lock's
+-- keys. Tried, never waited for: a consumer that finds it held skips the round.
+SELECT pg_try_advisory_lock(hashtext('jobq prune'), hashtext(%(key)s));
+
+-- name: prune_unlock
+SELECT pg_advisory_unlock(hashtext('jobq prune'), hashtext(%(key)s));
+
+-- name: prune
+-- Delete up to %(batch)s rows of the queue in %(status)s finished more than %(older_than)s
+-- seconds ago, in a transaction of its own: the locks it takes are a batch's and last one
+-- statement. The literal status list lets the planner use jobs_finished_idx (migration 8)
+-- whatever the parameter, in a generic plan too. SKIP LOCKED passes over a row another
+-- transaction holds (a `jobq dead requeue`, another prune): never waited for, taken next
+-- round. FOR UPDATE re-reads a row changed since the statement began, so a row requeued
+-- meanwhile is not deleted. Rows without finished_at (none written by jobq) are kept.
+-- Asynchronous commit (as claim's): a server crash can undo the last batches, whose rows are
+-- then deleted again next round.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+doomed AS (
+    SELECT id
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status IN ('done', 'dead') AND status = %(status)s::text
+       AND finished_at < now() - make_interval(secs => %(older_than)s)
+     ORDER BY finished_at
+     LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {jobs} AS j
+ USING doomed, async_commit
+ WHERE j.id = doomed.id;
+
 -- name: dead_existing
 -- Which of the given ids are dead jobs of this queue (to refuse unknown ids by name).
 SELECT id FROM {jobs} WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[]);
