@@ -229,12 +229,15 @@ async def follow_up(job: Job) -> None:
 
 def due_record(directory: str) -> Any:
     """Record ``id attempt time`` for each run; a job whose payload has ``retry`` fails its first
-    attempt with ``Retry(delay=payload["retry"])`` (delayed retries are timed too)."""
+    attempt with ``Retry(delay=payload["retry"])`` (delayed retries are timed too), and one
+    with ``sleep`` sleeps that many seconds first."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = (path / f"{os.getpid()}.due").open("a", buffering=1, encoding="utf-8")
 
     async def handle(job: Job) -> None:
+        if "sleep" in job.payload:
+            await asyncio.sleep(float(job.payload["sleep"]))
         out.write(f"{job.id} {job.attempt} {time.time():.6f}\n")
         if "retry" in job.payload and job.attempt == 1:
             raise Retry(delay=float(job.payload["retry"]), reason="timed retry")

@@ -109,7 +109,9 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         pool = await get_worker_pool(container)
         transport = await get_transport(container)
         metrics, server, monitor = await _observers(settings, container, pool, transport)
+        schedules = parse_schedules(settings.schedules)
         try:
+            ticks = await get_ticks(container) if schedules else None
             await pool.look_at_pause()
             await open_transport(transport, settings.connect, log)
         except BaseException:  # failed or abandoned (a signal): nothing else will stop it
@@ -127,9 +129,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
                  settings.transport, settings.consumer.concurrency, settings.consumer.processor,
                  f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
-        schedules = parse_schedules(settings.schedules)
         try:
-            ticks = await get_ticks(container) if schedules else None
             async with scheduling(schedules, ticks, log):
                 stats = await pool.run()
         finally:

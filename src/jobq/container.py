@@ -213,14 +213,23 @@ class Container(containers.DeclarativeContainer):
                                      max_pending=cfg.limits.max_pending),
     )
 
+    # Schedules on RabbitMQ get a connection of their own: the lock (an exclusive queue) is
+    # held by a connection, and a blocked or cut-off publish must not touch the consumer's.
+    rmq_ticks_link = providers.Resource(rmq_link, settings=settings, role="schedules",
+                                        logger=providers.Callable(logging.getLogger,
+                                                                  "jobq.rabbitmq"))
     ticks = providers.Selector(
         cfg.transport,
         postgres=providers.Singleton(lazy("jobq.transports.postgres.ticks:PostgresTicks"),
                                      pool=pg_pool, settings=cfg.postgres, publisher=publisher,
                                      queue=cfg.queue),
-        rabbitmq=providers.Singleton(lazy("jobq.transports.rabbitmq.ticks:RabbitTicks"),
-                                     link=rmq_link, settings=cfg.rabbitmq, publisher=publisher,
-                                     queue=cfg.queue),
+        rabbitmq=providers.Singleton(
+            lazy("jobq.transports.rabbitmq.ticks:RabbitTicks"), link=rmq_ticks_link,
+            settings=cfg.rabbitmq, queue=cfg.queue,
+            publisher=providers.Singleton(
+                lazy("jobq.transports.rabbitmq.publisher:RabbitPublisher"),
+                link=rmq_ticks_link, settings=cfg.rabbitmq, queue=cfg.queue,
+                max_attempts=cfg.retry.max_attempts, limits=cfg.limits)),
     )
 
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
@@ -300,11 +309,10 @@ async def get_worker_pool(container: Container) -> WorkerPool:
 
 
 async def get_ticks(container: Container) -> Ticks:
-    """The configured backend's record of fired schedule ticks (its publisher opened)."""
+    """The configured backend's record of fired schedule ticks, opened (grants checked)."""
     await connect(container)
-    publisher = await get_publisher(container)
-    await publisher.open()
     ticks: Ticks = await resolve(container.ticks())
+    await ticks.open()
     return ticks
 
 

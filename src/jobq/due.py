@@ -8,7 +8,7 @@ header and its consumers compare that with their own clock (see docs/architectur
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from jobq.transport import NewJob
 
@@ -42,8 +42,11 @@ def run_at_problem(run_at: object) -> str | None:
 def due_problem(job: NewJob) -> str | None:
     """Why ``job``'s delay or run_at is unusable (both set included), or None."""
     problem = delay_problem(job.delay) or run_at_problem(job.run_at)
-    if problem is None and job.run_at is not None and job.delay:
-        problem = "give either delay or run_at, not both"
+    if problem is None and job.run_at is not None:
+        if job.delay:
+            problem = "give either delay or run_at, not both"
+        elif (job.run_at - datetime.now(UTC)) / timedelta(seconds=1) > MAX_WAIT:
+            problem = f"run_at {job.run_at.isoformat()} is more than ten years ahead"
     return problem
 
 
@@ -54,5 +57,4 @@ def wait_of(job: NewJob, now: datetime) -> float:
     """
     if job.run_at is None:
         return float(job.delay)
-    wait = (job.run_at - now) / timedelta(seconds=1)
-    return min(max(0.0, wait), MAX_WAIT)
+    return max(0.0, (job.run_at - now) / timedelta(seconds=1))

@@ -94,3 +94,25 @@ def test_delays_run_at_and_retries_run_on_time(timed: Backend, tmp_path: Path) -
           f"{timed.env.get('JOBQ_RABBITMQ__QUEUE_TYPE', '')} lateness (s): "
           + ", ".join(f"{k} {v:.3f}" for k, v in lateness.items())
           + f"; median {statistics.median(lateness.values()):.3f}")
+
+
+@pytest.mark.parametrize("claim", ["lease", "transaction"])
+def test_a_running_job_does_not_hide_the_next_delayed_one(schema: str, queue_name: str,
+                                                          tmp_path: Path, claim: str) -> None:
+    # Before: in transaction mode a running job stays pending with its run_at in the past, so
+    # the idle consumer's look for the next due time found that one and waited a whole
+    # poll_interval (3 s here) instead of 0.3 s.
+    backend = Backend("postgres", queue_name, schema_env(
+        schema, JOBQ_POSTGRES__CLAIM=claim, JOBQ_POSTGRES__POLL_INTERVAL="3"), schema=schema)
+    consumer = backend.start("consumer", "--processor", "tests.processors:due_record",
+                             "-a", f"directory={tmp_path}", "--concurrency", "4")
+    try:
+        time.sleep(1.0)
+        due = asyncio.run(enqueue(backend, [("slow", NewJob(kind="timed", payload={"sleep": 4})),
+                                            ("delay 0.3s", NewJob(kind="timed", delay=0.3))]))
+        assert wait_until(lambda: len(due_runs(tmp_path)) >= 2, 15), due_runs(tmp_path)
+    finally:
+        stop_cli(consumer, 30)
+    (late,) = [at - due[job_id][1] for job_id, _, at in due_runs(tmp_path)
+               if due[job_id][0] == "delay 0.3s"]
+    assert 0 <= late < 0.5, late

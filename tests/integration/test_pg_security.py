@@ -20,7 +20,7 @@ from jobq.api import resolve, wired
 from jobq.config import load_settings
 from jobq.errors import ConfigError
 from jobq.transport import NewJob
-from tests.conftest import ROOT, cli_env, fetch, run_cli, start_cli, wait_until
+from tests.conftest import ROOT, cli_env, fetch, run_cli, start_cli, stop_cli, wait_until
 from tests.integration.test_postgres import status_counts
 from tests.processors import completions
 
@@ -28,6 +28,17 @@ GRANTS = re.search(r"<!-- grants:begin -->\s*```sql\n(.*?)```", (ROOT / "docs" /
                    re.DOTALL)
 RETENTION_GRANTS = re.search(r"<!-- retention-grants:begin -->\s*```sql\n(.*?)```",
                              (ROOT / "docs" / "security.md").read_text(), re.DOTALL)
+SCHEDULES_GRANTS = re.search(r"<!-- schedules-grants:begin -->\s*```sql\n(.*?)```",
+                             (ROOT / "docs" / "security.md").read_text(), re.DOTALL)
+
+
+DATABASE_ACL = 7_310_001  # advisory lock key: one change of the test database's ACL at a time
+
+
+def documented(block: str, schema: str, roles: dict[str, str]) -> str:
+    """A grants block of docs/security.md for this test's schema and roles."""
+    return (block.replace("SCHEMA jobq ", f"SCHEMA {schema} ").replace("jobq.", f"{schema}.")
+            .replace("jobq_producer", roles["producer"]).replace("jobq_consumer", roles["consumer"]))
 
 
 def dsn_for(role: str) -> str:
@@ -40,12 +51,16 @@ def roles(pg_dsn: str) -> Iterator[dict[str, str]]:
     tag = uuid.uuid4().hex[:8]
     names = {"owner": f"jq_owner_{tag}", "producer": f"jq_producer_{tag}",
              "consumer": f"jq_consumer_{tag}", "schema": f"t_sec_{tag}"}
+    # Tests running at once change the database's ACL (this GRANT, the DROP OWNED below): two
+    # such changes together fail with "tuple concurrently updated", so they take turns.
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", [DATABASE_ACL])
         for who in ("owner", "producer", "consumer"):
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(names[who])))
         conn.execute(sql.SQL("GRANT CREATE ON DATABASE test TO {}").format(sql.Identifier(names["owner"])))
     yield names
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", [DATABASE_ACL])
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names["schema"])))
         for who in ("consumer", "producer", "owner"):
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(names[who])))
@@ -78,9 +93,7 @@ def test_the_documented_grants_are_enough_for_producer_and_consumer_and_no_more(
     config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue_name]
     init = run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema))
     assert init.returncode == 0, init.stderr
-    grants = (GRANTS.group(1).replace("SCHEMA jobq ", f"SCHEMA {schema} ")
-              .replace("jobq.jobs", f"{schema}.jobs").replace("jobq.queues", f"{schema}.queues")
-              .replace("jobq_producer", roles["producer"]).replace("jobq_consumer", roles["consumer"]))
+    grants = documented(GRANTS.group(1), schema, roles)
     with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
         conn.execute(grants.encode())  # the owner grants, as the page says
     producer = as_role(roles["producer"], schema, JOBQ_LIMITS__MAX_PENDING="100")  # uses SELECT too
@@ -140,10 +153,7 @@ def test_a_pruning_consumer_needs_the_documented_delete_grant(
 
     def grant(block: str) -> None:  # as the owner, as the page says
         with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
-            conn.execute(block.replace("SCHEMA jobq ", f"SCHEMA {schema} ")
-                         .replace("jobq.jobs", f"{schema}.jobs")
-                         .replace("jobq_producer", roles["producer"])
-                         .replace("jobq_consumer", consumer).encode())
+            conn.execute(documented(block, schema, roles).encode())
 
     grant(GRANTS.group(1))
     env = as_role(consumer, schema, JOBQ_POSTGRES__RETENTION__DONE="1s")
@@ -160,6 +170,33 @@ def test_a_pruning_consumer_needs_the_documented_delete_grant(
     time.sleep(1.1)  # the jobs' 1 s of retention
     pruned = run_cli("jobq", "prune", *config, env=env)  # the pruner's statements, as that role
     assert (pruned.returncode, pruned.stdout.split()[:2]) == (0, ["pruned", "5"]), pruned.stderr
+
+
+def test_a_consumer_with_schedules_needs_the_documented_grants(
+        pg_dsn: str, roles: dict[str, str], queue_name: str) -> None:
+    assert GRANTS and SCHEDULES_GRANTS, "docs/security.md lost a grants block"
+    schema, consumer = roles["schema"], roles["consumer"]
+    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue_name]
+    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
+
+    def grant(block: str) -> None:  # as the owner, as the page says
+        with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
+            conn.execute(documented(block, schema, roles).encode())
+
+    grant(GRANTS.group(1))
+    env = as_role(consumer, schema, JOBQ_SCHEDULES__BEAT__EVERY="1s",
+                  JOBQ_SCHEDULES__BEAT__KIND="beat")
+    refused = run_cli("consumer", *config, "--once", "-p", "noop", env=env)
+    assert refused.returncode == 2 and "which a consumer with schedules needs" in refused.stderr, (
+        refused.stderr)
+    grant(SCHEDULES_GRANTS.group(1))
+    ran = start_cli("consumer", *config, "-p", "noop", env=env)
+    try:
+        ticks = sql.SQL("SELECT count(*) FROM {} WHERE kind = 'beat'").format(
+            sql.Identifier(schema, "jobs"))
+        assert wait_until(lambda: fetch(dsn_for(roles["owner"]), ticks)[0][0] >= 1, 10)
+    finally:
+        stop_cli(ran, 20)
 
 
 def test_a_schema_name_with_quotes_and_sql_is_only_ever_an_identifier(pg_dsn: str, tmp_path: Path) -> None:

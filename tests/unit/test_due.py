@@ -27,6 +27,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     (NewJob(kind="k", run_at=datetime(2027, 1, 1)), "timezone-aware"),
     (NewJob(kind="k", run_at="2027-01-01"), "must be a datetime"),  # type: ignore[arg-type]
     (NewJob(kind="k", delay=5, run_at=NOW), "not both"),
+    (NewJob(kind="k", run_at=datetime(2200, 1, 1, tzinfo=UTC)), "more than ten years"),
 ])
 def test_a_bad_delay_or_run_at_is_refused_before_anything_is_sent(job: NewJob, words: str) -> None:
     assert words in (due_problem(job) or "")

@@ -17,20 +17,20 @@ from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.sql import Queries
 
 SLACK = 0.005  # past the due time, so the claim that follows finds the job due
-# A job that became due this recently was not due yet when the claim before looked: claim
-# again at once (after SLACK) rather than after a whole poll interval.
-JUST_DUE = 0.1
+# next_due looks at jobs due from 100 ms ago on: one that became due this recently was not
+# due yet when the claim before looked, so claim again at once (after SLACK).
 
 
 async def idle_wait(pool: AsyncConnectionPool, queries: Queries, queue: str, longest: float,
                     seconds: float) -> float:
     """Seconds until the queue's next pending job is due, at most ``longest``.
 
-    A job that became due within JUST_DUE s was not due yet when the claim looked (it fell
-    due between the claim and this look): claim again at once. One due for longer that the
-    claim did not get (another consumer's claim holds it, or a transaction-mode sweep passed
-    it) waits ``longest`` as before: waiting 0 would spin. A failed look waits ``longest`` too:
-    the claim that follows reports the outage.
+    A job that became due within the last 100 ms was not due yet when the claim looked (it fell
+    due between the claim and this look): claim again at once. The look leaves out jobs due
+    longer ago, which the claim did not get because someone holds them (another consumer's
+    claim; in transaction mode a running job stays pending): they would hide the next job,
+    and waiting 0 for them would spin. A failed look waits ``longest``: the claim that
+    follows reports the outage.
     """
     soonest: float | None = None
     with contextlib.suppress(TransportError):
@@ -38,7 +38,7 @@ async def idle_wait(pool: AsyncConnectionPool, queries: Queries, queue: str, lon
             cur = await conn.execute(queries["next_due"], {"queue": queue})
             row = await cur.fetchone()
             soonest = row[0] if row else None
-    if soonest is None or soonest <= -JUST_DUE:
+    if soonest is None:
         return longest
     if soonest <= 0:
         return min(longest, SLACK)

@@ -12,10 +12,14 @@ from datetime import datetime
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.schedules import Schedule
+from jobq.schedules import Fired, Schedule
+from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.publisher import PostgresPublisher
 from jobq.transports.postgres.sql import Queries
+
+# What firing a tick does to the tables (docs/security.md): the schedule's row, and the job.
+NEEDS = {"schedules": "SELECT,INSERT,UPDATE", "jobs": "INSERT"}
 
 
 class PostgresTicks:
@@ -29,7 +33,13 @@ class PostgresTicks:
         self._queue = queue
         self._q = Queries(settings.schema)
 
-    async def fire(self, schedule: Schedule, tick: datetime) -> bool:
+    async def open(self) -> None:
+        """ConfigError (exit 2) naming the fix if the schedules table or a grant is missing."""
+        await require_schema(pool_fetch(self._pool, self._q), self._cfg.schema, NEEDS,
+                             "a consumer with schedules")
+        await self._publisher.open()
+
+    async def fire(self, schedule: Schedule, tick: datetime) -> Fired:
         """Enqueue the tick's job unless it was fired (see schedules.Ticks)."""
         queue = schedule.queue or self._queue
         params = {"queue": queue, "name": schedule.name, "tick": tick}
@@ -37,13 +47,17 @@ class PostgresTicks:
         async with pooled(self._pool, "postgres schedule", deadline) as conn, conn.transaction():
             cur = await conn.execute(self._q["schedule_seen"], params)
             if await cur.fetchone() is not None:
-                return False
+                return Fired.BEFORE
             cur = await conn.execute(self._q["schedule_take"], params)
             if await cur.fetchone() is None:
-                return False
+                # Fired already, or locked by a process firing it now, which may yet roll back
+                # (killed, cut off): then this tick is still to fire, so ask again later.
+                cur = await conn.execute(self._q["schedule_last"], params)
+                row = await cur.fetchone()
+                return Fired.BEFORE if row is not None and row[0] >= tick else Fired.BUSY
             await self._publisher.enqueue(schedule.job(tick), queue=queue, connection=conn)
             await conn.execute(self._q["schedule_fired"], params)
-        return True
+        return Fired.NOW
 
     async def last_ticks(self, queue: str | None = None) -> dict[str, datetime]:
         """The last tick each schedule of ``queue`` fired (``jobq schedules``)."""

@@ -123,6 +123,7 @@ class RabbitTransport:
         self._closing = False
         self._paused = False  # the queue is paused: no basic.consume (set_paused)
         self._closed = asyncio.Event()  # set when close() begins: copies held for an alarm end
+        self._let_go = asyncio.Event()  # set at close and while paused: held early messages go back
         self._held: set[Handle] = set()  # originals whose copy waits for unblocked (_hold)
         self._held_back = 0  # held originals left unacked at a close or loss (come back)
         self.stale = 0  # settles dropped because their session had ended
@@ -157,6 +158,7 @@ class RabbitTransport:
         """Stop consuming, hand back what never reached the pool, flush acks, close channels."""
         self._closing = True
         self._closed.set()
+        self._let_go.set()
         for task in (self._supervisor, self._watcher):
             if task is not None:
                 task.cancel()
@@ -199,6 +201,10 @@ class RabbitTransport:
         if paused == self._paused:
             return
         self._paused = paused
+        if paused:
+            self._let_go.set()  # what _not_yet holds goes back too, not into a paused buffer
+        elif not self._closing:
+            self._let_go.clear()
         session = self._session
         if session is None or not session.alive:
             return  # the next session consumes or not as _paused says
@@ -301,17 +307,19 @@ class RabbitTransport:
             if delivery.malformed is None:
                 job, props = delivery.job, message.header.properties
                 deliver: Any = message.delivery
+                # Not due yet: it never ran (an early message is never handed out), so no crash
+                # was its own, however often it was delivered: back through the hops, unmarked.
+                if self._early(props):
+                    due = due_at(props) or 0.0
+                    tier = self._topology.hop(due - time.time())
+                    with contextlib.suppress(TransportError):
+                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE,))
+                    continue
                 if crashed(props, deliver.redelivered):
                     await self._copy_forward(delivery, marked=True)  # it ran alone: charged
                     continue
                 if job.attempt > job.max_attempts:
                     await self._exhausted(delivery)
-                    continue
-                if self._early(props):  # it never ran, so the crash was not its own: unmarked
-                    due = due_at(props) or 0.0
-                    tier = self._topology.hop(due - time.time())
-                    with contextlib.suppress(TransportError):
-                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE,))
                     continue
                 delivery.isolate = True
             if not wanted[0]:
@@ -609,6 +617,9 @@ class RabbitTransport:
             job, props = delivery.job, message.header.properties
             deliver: Any = message.delivery
             redelivered: bool = deliver.redelivered
+            if self._early(props):  # never run, so never crashed: no copy to <q>.alone
+                self._spawn(self._not_yet(delivery))
+                return
             # Not run: a crash redelivery (uncharged: it may never have started, see rmq
             # crashes), or a marked copy an older jobq put back on the work queue.
             if crashed(props, redelivered) or isolated(props):
@@ -618,9 +629,6 @@ class RabbitTransport:
                 return
             if job.attempt > job.max_attempts:
                 self._spawn(self._exhausted(delivery))
-                return
-            if self._early(props):
-                self._spawn(self._not_yet(delivery))
                 return
         self._arrived.append(delivery)
         if self._waiter is not None:
@@ -635,8 +643,9 @@ class RabbitTransport:
         """A message that came before its due time: on to the next tier, or held until due.
 
         Held (due sooner than the shortest tier) it stays unacked, in a prefetch slot, and is
-        handed out at its time; at close it is given back, after a lost session the broker
-        redelivers it. Neither a hop nor a hold counts an attempt.
+        handed out at its time; at close or a pause it is given back (a paused consumer keeps
+        nothing), after a lost session the broker redelivers it. Neither a hop nor a hold
+        counts an attempt.
         """
         due = due_at(delivery.handle.message.header.properties) or 0.0
         wait = due - time.time()
@@ -645,14 +654,15 @@ class RabbitTransport:
             with contextlib.suppress(TransportError):  # not forwarded: the original comes back
                 await self._forward(delivery, "", tier, {})
             return
-        while wait > 0 and not self._closing:  # a timer may fire a hair early: never run early
+        let_go = self._let_go
+        while wait > 0 and not let_go.is_set():  # a timer may fire a hair early: never run early
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait + HOLD_MARGIN):
-                    await self._closed.wait()
+                    await let_go.wait()
             wait = due - time.time()
         if not delivery.handle.session.alive:
             return
-        if self._closing:
+        if self._closing or self._paused:
             await self._give_back_quietly(delivery)
             return
         self._arrived.append(delivery)

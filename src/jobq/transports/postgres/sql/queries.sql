@@ -58,11 +58,14 @@ RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_atte
           j.isolate;
 
 -- name: next_due
--- Seconds until the queue's earliest pending job is due (NULL when none is pending), asked by a
--- consumer whose claim came back empty (idle.py): one probe of jobs_pending_idx.
+-- Seconds until the queue's next pending job is due (NULL when none is), asked by a consumer
+-- whose claim came back empty (idle.py): one probe of jobs_pending_idx. Only jobs due from
+-- 100 ms ago on: an older one that the claim did not get is held by someone (in transaction
+-- mode a running job stays pending, its run_at in the past) and must not hide the next.
 SELECT extract(epoch FROM min(run_at) - now())::float8
   FROM {jobs}
- WHERE queue = %(queue)s AND status = 'pending';
+ WHERE queue = %(queue)s AND status = 'pending'
+   AND run_at > now() - interval '100 milliseconds';
 
 -- name: ack
 -- Batched acks: one statement for every job that succeeded since the last flush.
@@ -535,6 +538,11 @@ SELECT last_tick
   FROM {schedules}
  WHERE queue = %(queue)s AND name = %(name)s AND last_tick < %(tick)s
    FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_last
+-- After schedule_take found nothing: was the tick fired already, or is another process firing
+-- it right now (its row locked)? No lock: the answer is as of now.
+SELECT last_tick FROM {schedules} WHERE queue = %(queue)s AND name = %(name)s;
 
 -- name: schedule_fired
 -- Same transaction as the tick's enqueue: both commit or neither.
