@@ -170,8 +170,8 @@ class RabbitConfig:
     # keeps a dead queue an older jobq declared so (docs/rabbitmq-versions.md says what to do).
     dead_queue_type: Literal["classic", "quorum"] = "classic"
     prefetch: int = 0  # 0: concurrency + buffer
-    # The kind of a message with no `type` property (a producer that knows nothing of jobq);
-    # empty: the queue's name.
+    # Opt-in for plain messages from producers that know nothing of jobq: the kind of a message
+    # with no `type` (and one with no `message_id` gets an id). Empty: both are malformed.
     default_kind: str = ""
     retry_tiers: list[float] = field(
         default_factory=lambda: [1.0, 5.0, 30.0, 300.0, 3600.0, 86400.0])
@@ -279,7 +279,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.retry_tiers": (lambda v: len(v) > 0 and all(x > 0 for x in v), "non-empty, all > 0"),
     "rabbitmq.prefetch": (lambda v: 0 <= v <= 65535, "between 0 (concurrency + buffer) and 65535"),
     "rabbitmq.default_kind": (lambda v: len(v) <= 200 and "\x00" not in v,
-                              "a kind: at most 200 characters, no NUL (empty: the queue's name)"),
+                              "a kind: at most 200 characters, no NUL (empty: plain messages are malformed)"),
     "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
     "rabbitmq.ack_interval": (lambda v: v > 0, "> 0"),
     "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),

@@ -122,7 +122,7 @@ def test_dead_list_requeue_and_purge(rabbit: Backend, tmp_path: Path) -> None:
 
 def test_malformed_bodies_of_every_kind_are_dead_lettered(rabbit: Backend, tmp_path: Path) -> None:
     # (aiormq gives every message a message_id, so "no id" is covered by the codec's unit test)
-    # (a message without a type is a job of the queue's kind: test_rmq_foreign_producer.py)
+    # (without a type: test_rmq_foreign_producer.py and the codec's unit tests)
     bad = [(b"{not json", "1", "ok"), (b'"text"', "2", "ok"), (b'{"a": 1}', "3", "k" * 201)]
     for body, message_id, kind in bad:
         asyncio.run(publish_raw(rabbit.queue, body, message_id=message_id, kind=kind))

@@ -129,19 +129,31 @@ def test_malformed_messages_say_why(body: bytes, p: Basic.Properties, reason: st
     assert job.id in ("7", "amqp-1") and job.payload == {}
 
 
-def test_a_plain_message_from_a_producer_that_knows_nothing_of_jobq_is_a_job() -> None:
-    # Before: dead-lettered as "message has no message_id" / "message has no type".
+def test_a_plain_message_is_a_job_once_plain_messages_are_opted_in() -> None:
+    # Before: always dead-lettered as "message has no message_id" / "message has no type".
     plain = Basic.Properties(content_type="application/json")
-    job, problem = decode(b'{"to": "a@b"}', plain, queue="emails", max_attempts=3)
-    assert problem is None and job.kind == "emails" and job.payload == {"to": "a@b"}
+    job, problem = decode(b'{"to": "a@b"}', plain, queue="emails", max_attempts=3,
+                          default_kind="send")
+    assert problem is None and job.kind == "send" and job.payload == {"to": "a@b"}
     assert job.id.isdigit() and job.attempt == 1
     other, _ = decode(b"{}", plain, queue="emails", max_attempts=3, default_kind="send")
-    assert other.kind == "send" and other.id != job.id
+    assert other.id != job.id
     # Its copies (retry, dead letter, crash copy) carry the id and kind it was given.
     _, copy = republish(b"{}", plain, {"x-jobq-attempt": 2}, identity=(job.id, job.kind))
-    assert (copy.message_id, copy.message_type) == (job.id, "emails")
+    assert (copy.message_id, copy.message_type) == (job.id, "send")
     again, _ = decode(b"{}", copy, queue="emails", max_attempts=3)
-    assert (again.id, again.kind, again.attempt) == (job.id, "emails", 2)
+    assert (again.id, again.kind, again.attempt) == (job.id, "send", 2)
+
+
+@pytest.mark.parametrize(("p", "reason"), [
+    (props(message_id=None), "message has no message_id (the job id)"),
+    (props(kind=None), "message has no type (the job kind)"),
+])
+def test_without_the_opt_in_a_plain_message_is_malformed_saying_how_to_opt_in(
+        p: Basic.Properties, reason: str) -> None:
+    _, problem = read(b"{}", p)
+    assert problem is not None and problem.startswith(reason)
+    assert "set rabbitmq.default_kind" in problem
 
 
 def test_a_message_from_elsewhere_without_jobq_headers_is_a_first_attempt() -> None:

@@ -161,19 +161,25 @@ def _counter_problem(headers: Mapping[str, Any], name: str, minimum: int) -> str
     return f"header {name} is not an integer >= {minimum} (got {type(value).__name__} {value!r:.40})"
 
 
-def _identity(props: Basic.Properties) -> tuple[str | None, str | None]:
-    """Why the message's id or kind cannot be a job's, or None each (absent ones are fine:
-    a foreign producer's plain message gets an id and the default kind, see ``decode``)."""
+PLAIN = ("; to take plain messages from producers that know nothing of jobq, set "
+         "rabbitmq.default_kind (docs/wire-format.md)")
+
+
+def _identity(props: Basic.Properties, plain: bool) -> tuple[str | None, str | None]:
+    """Why the message's id or kind cannot be a job's, or None each. With ``plain`` (opted in
+    with rabbitmq.default_kind) absent ones are fine: the message gets an id and that kind."""
     job_id, kind = props.message_id, props.message_type
     id_problem = None
     if job_id is None or job_id == "":
-        pass
+        id_problem = None if plain else "message has no message_id (the job id)" + PLAIN
     elif isinstance(job_id, Undecodable):
         id_problem = f"message_id {job_id.reason}"
     elif not isinstance(job_id, str):
         id_problem = f"message_id is not a string (got {type(job_id).__name__})"
     kind_text = None if kind is None or kind == "" else (
         f"type (the job kind) {kind.reason}" if isinstance(kind, Undecodable) else kind_problem(kind))
+    if kind is None or kind == "":
+        kind_text = None if plain else "message has no type (the job kind)" + PLAIN
     return id_problem, kind_text
 
 
@@ -225,10 +231,11 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
            default_kind: str = "") -> tuple[Job, str | None]:
     """The job a message carries and, if it is not a valid one, why (the job is then partial).
 
-    A message from a producer that knows nothing of jobq (a JSON object body, no
-    ``message_id``, no ``type``: what most AMQP clients send) is a job: its id is
-    ``fallback_id`` or a new one, its kind ``default_kind`` or the queue's name. The consumer
-    writes both into every copy it makes, so a retry or dead letter keeps them.
+    With ``default_kind`` (``rabbitmq.default_kind``: the opt-in), a message from a producer
+    that knows nothing of jobq (a JSON object body, no ``message_id``, no ``type``: what most
+    AMQP clients send) is a job: its id is ``fallback_id`` or a new one, its kind
+    ``default_kind``. The consumer writes both into every copy it makes, so a retry or dead
+    letter keeps them. Without it such a message is malformed, saying how to opt in.
 
     Never raises: a body that is too large, not UTF-8, not JSON, nested too deeply or not an
     object, a missing or wrong-typed id or kind, headers that are not a table or too large, a
@@ -239,7 +246,7 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     table = _table(raw_headers)
     headers: Mapping[str, Any] = {} if table is None else table
     payload, body_problem = decode_object(body, "body", limits.max_payload, "limits.max_payload")
-    id_problem, kind_problem_ = _identity(props)
+    id_problem, kind_problem_ = _identity(props, bool(default_kind))
     texts, headers_problem = _user_headers(headers, limits)
     if isinstance(raw_headers, Undecodable):
         headers_problem = f"headers cannot be decoded: {raw_headers.reason}"
@@ -252,7 +259,7 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
     job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
     kind = props.message_type if isinstance(props.message_type, str) else ""
     if props.message_type is None or props.message_type == "":
-        kind = default_kind or queue
+        kind = default_kind
     job = Job(
         id=job_id or fallback_id or new_job_id(),
         queue=queue,
