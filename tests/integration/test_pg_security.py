@@ -9,7 +9,7 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -144,18 +144,26 @@ def test_a_consumer_short_of_a_grant_exits_2_naming_it(roles: dict[str, str], cl
     assert "docs/security.md" in last and "Traceback" not in result.stderr
 
 
+def initialised(roles: dict[str, str], queue: str) -> tuple[list[str], Callable[[str], None]]:
+    """``jobq init`` as the owner and the main grants of docs/security.md; the CLI arguments,
+    and a function that applies another block of the page as the owner."""
+    assert GRANTS is not None
+    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue]
+    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], roles["schema"])).returncode == 0
+
+    def grant(block: str) -> None:  # as the owner, as the page says
+        with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
+            conn.execute(documented(block, roles["schema"], roles).encode())
+
+    grant(GRANTS.group(1))
+    return config, grant
+
+
 def test_a_pruning_consumer_needs_the_documented_delete_grant(
         pg_dsn: str, roles: dict[str, str], queue_name: str) -> None:
     assert GRANTS and RETENTION_GRANTS, "docs/security.md lost a grants block"
     schema, consumer = roles["schema"], roles["consumer"]
-    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue_name]
-    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
-
-    def grant(block: str) -> None:  # as the owner, as the page says
-        with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
-            conn.execute(documented(block, schema, roles).encode())
-
-    grant(GRANTS.group(1))
+    config, grant = initialised(roles, queue_name)
     env = as_role(consumer, schema, JOBQ_POSTGRES__RETENTION__DONE="1s")
     refused = run_cli("consumer", *config, "--once", "-p", "noop", env=env)
     jobs = sql.Identifier(schema, "jobs").as_string(None)
@@ -176,14 +184,7 @@ def test_a_consumer_with_schedules_needs_the_documented_grants(
         pg_dsn: str, roles: dict[str, str], queue_name: str) -> None:
     assert GRANTS and SCHEDULES_GRANTS, "docs/security.md lost a grants block"
     schema, consumer = roles["schema"], roles["consumer"]
-    config = ["--config", str(ROOT / "configs" / "postgres.yaml"), "--queue", queue_name]
-    assert run_cli("jobq", "init", *config, env=as_role(roles["owner"], schema)).returncode == 0
-
-    def grant(block: str) -> None:  # as the owner, as the page says
-        with psycopg.connect(dsn_for(roles["owner"]), autocommit=True) as conn:
-            conn.execute(documented(block, schema, roles).encode())
-
-    grant(GRANTS.group(1))
+    config, grant = initialised(roles, queue_name)
     env = as_role(consumer, schema, JOBQ_SCHEDULES__BEAT__EVERY="1s",
                   JOBQ_SCHEDULES__BEAT__KIND="beat")
     refused = run_cli("consumer", *config, "--once", "-p", "noop", env=env)
