@@ -8,12 +8,25 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import psycopg
 from psycopg import sql
 
 from jobq import Job, PermanentError, Retry
+
+
+def appending(directory: str, suffix: str) -> TextIO:
+    """This process's record file ``directory/<pid>.<suffix>``, line-buffered for appending."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    return (path / f"{os.getpid()}.{suffix}").open("a", buffering=1, encoding="utf-8")
+
+
+def lines(directory: str | Path, suffix: str) -> list[str]:
+    """Every line of every process's ``<pid>.<suffix>`` record under ``directory``."""
+    return [line for file in Path(directory).glob(f"*.{suffix}")
+            for line in file.read_text().splitlines()]
 
 
 def record(directory: str, sleep_ms: float = 0.0, fail_kind: str = "", fail_rate: float = 0.0) -> Any:
@@ -23,9 +36,7 @@ def record(directory: str, sleep_ms: float = 0.0, fail_kind: str = "", fail_rate
     so retries are exercised too (the chaos suite uses it). Never on a job's last attempt: these
     failures alone never kill a job, so in the fault suite none is meant to die.
     """
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "log")
     rand = random.Random()
 
     async def handle(job: Job) -> None:
@@ -42,17 +53,12 @@ def record(directory: str, sleep_ms: float = 0.0, fail_kind: str = "", fail_rate
 
 def completions(dir: str | Path) -> list[str]:
     """Every job id recorded under ``dir``, one entry per completion."""
-    ids: list[str] = []
-    for file in Path(dir).glob("*.log"):
-        ids.extend(line for line in file.read_text().splitlines() if line)
-    return ids
+    return [line for line in lines(dir, "log") if line]
 
 
 def fail_recording(directory: str) -> Any:
     """Record ``id attempt monotonic-time`` for each attempt, then fail (retryable)."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.attempts").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "attempts")
 
     async def handle(job: Job) -> None:
         out.write(f"{job.id} {job.attempt} {time.time():.3f}\n")
@@ -168,9 +174,7 @@ def bad_first(mode: str, directory: str) -> Any:
     Modes (issue 19, item 1): ``surrogate`` (a reason with a lone surrogate), ``cancelled``
     (the handler's own CancelledError), ``bad_retry`` (``Retry(delay="soon")``, wrong-typed).
     """
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.log").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "log")
 
     async def handle(job: Job) -> None:
         if job.payload.get("n") == 0:
@@ -231,9 +235,7 @@ def due_record(directory: str) -> Any:
     """Record ``id attempt time`` for each run; a job whose payload has ``retry`` fails its first
     attempt with ``Retry(delay=payload["retry"])`` (delayed retries are timed too), and one
     with ``sleep`` sleeps that many seconds first."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.due").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "due")
 
     async def handle(job: Job) -> None:
         if "sleep" in job.payload:
@@ -247,19 +249,13 @@ def due_record(directory: str) -> Any:
 
 def due_runs(directory: str | Path) -> list[tuple[str, int, float]]:
     """Every run ``due_record`` recorded under ``directory``: (id, attempt, epoch time)."""
-    found = []
-    for file in Path(directory).glob("*.due"):
-        for line in file.read_text().splitlines():
-            job_id, attempt, at = line.split()
-            found.append((job_id, int(attempt), float(at)))
-    return found
+    return [(job_id, int(attempt), float(at))
+            for job_id, attempt, at in (line.split() for line in lines(directory, "due"))]
 
 
 def tick_record(directory: str) -> Any:
     """Record ``schedule tick id`` for each job a schedule enqueued (its headers say which)."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.ticks").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "ticks")
 
     async def handle(job: Job) -> None:
         out.write(f"{job.headers.get('schedule')} {job.headers.get('tick')} {job.id}\n")
@@ -269,20 +265,14 @@ def tick_record(directory: str) -> Any:
 
 def ticks(directory: str | Path) -> list[tuple[str, str, str]]:
     """Every (schedule, tick, job id) ``tick_record`` recorded under ``directory``."""
-    found = []
-    for file in Path(directory).glob("*.ticks"):
-        for line in file.read_text().splitlines():
-            schedule, tick, job_id = line.split()
-            found.append((schedule, tick, job_id))
-    return found
+    return [(schedule, tick, job_id)
+            for schedule, tick, job_id in (line.split() for line in lines(directory, "ticks"))]
 
 
 def timed(directory: str, sleep_ms: float = 0.0) -> Any:
     """Write ``start <id> <epoch>`` and ``end <id> <epoch>`` around a sleep of ``sleep_ms``, to
     ``directory/<pid>.runs``: when each job ran, to compare with when a queue was paused."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = (path / f"{os.getpid()}.runs").open("a", buffering=1, encoding="utf-8")
+    out = appending(directory, "runs")
 
     async def handle(job: Job) -> None:
         out.write(f"start {job.id} {time.time():.3f}\n")
@@ -294,10 +284,6 @@ def timed(directory: str, sleep_ms: float = 0.0) -> Any:
 
 def runs(directory: str | Path) -> list[tuple[str, str, float]]:
     """Every ``(event, job id, epoch)`` line ``timed`` wrote under ``directory``."""
-    found: list[tuple[str, str, float]] = []
-    for file in Path(directory).glob("*.runs"):
-        for line in file.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3:  # a line being written is skipped until it is whole
-                found.append((parts[0], parts[1], float(parts[2])))
-    return found
+    whole = (parts for parts in (line.split() for line in lines(directory, "runs"))
+             if len(parts) == 3)  # a line being written is skipped until it is whole
+    return [(event, job_id, float(at)) for event, job_id, at in whole]

@@ -221,8 +221,9 @@ async def run_schedules(schedules: tuple[Schedule, ...], ticks: Ticks, log: logg
             if fired is not Fired.BUSY:
                 done[schedule.name] = tick
         now = datetime.now(UTC)
-        waiting = [s for s in schedules if done.get(s.name) != s.latest(now)]
-        soonest = min((s.following(s.latest(now)) for s in schedules), default=now)
+        latest = {s.name: s.latest(now) for s in schedules}
+        waiting = any(done.get(name) != tick for name, tick in latest.items())
+        soonest = min((s.following(latest[s.name]) for s in schedules), default=now)
         wait = look if waiting else min(look, (soonest - now).total_seconds())
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(EARLIEST, wait)):

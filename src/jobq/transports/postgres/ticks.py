@@ -18,8 +18,9 @@ from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.publisher import PostgresPublisher
 from jobq.transports.postgres.sql import Queries
 
-# What firing a tick does to the tables (docs/security.md): the schedule's row, and the job.
-NEEDS = {"schedules": "SELECT,INSERT,UPDATE", "jobs": "INSERT"}
+# What firing a tick does to the tables (docs/security.md): the schedule's row, and the job
+# (SELECT too: the publisher's enqueue reads back the ids, as PostgresPublisher.open checks).
+NEEDS = {"schedules": "SELECT,INSERT,UPDATE", "jobs": "SELECT,INSERT"}
 
 
 class PostgresTicks:
@@ -36,8 +37,7 @@ class PostgresTicks:
     async def open(self) -> None:
         """ConfigError (exit 2) naming the fix if the schedules table or a grant is missing."""
         await require_schema(pool_fetch(self._pool, self._q), self._cfg.schema, NEEDS,
-                             "a consumer with schedules")
-        await self._publisher.open()
+                             "a consumer with schedules")  # the publisher's own check included
 
     async def fire(self, schedule: Schedule, tick: datetime) -> Fired:
         """Enqueue the tick's job unless it was fired (see schedules.Ticks)."""
