@@ -88,7 +88,9 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
     produce(schema, queue_name, 1)
     pool = await open_pool(pg_dsn, ConnectConfig(), 4, logging.getLogger("test.lease"),
                            network_timeout=PostgresConfig().network_deadline)
-    t = lease_transport(pool, schema, queue_name, lease=1.0, heartbeat=0.2, rescue_interval=100)
+    # A 2 s lease (1 s statement deadline): with 1 s, one heartbeat slowed past its 0.5 s
+    # deadline on a loaded machine let the lease lapse (seen once in a full run).
+    t = lease_transport(pool, schema, queue_name, lease=2.0, heartbeat=0.2, rescue_interval=100)
     try:
         await t.open()
         [old] = await t.receive(1, 2)
@@ -113,7 +115,7 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
         assert (status, attempts) == ("running", 2) and locked_by
         assert "stale delivery" not in str(error)
         # The new claim is still heartbeated after the stale settles: alive past its lease.
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(2.5)
         assert rows(pg_dsn, schema, queue_name)[job_id][5] is True
         await t.ack(new)
         await asyncio.sleep(0.1)
