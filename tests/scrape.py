@@ -90,6 +90,10 @@ class Running:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # Ask for every task's stack (jobq.stacks) before the kill: the failure shows them.
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
             self.proc.kill()
             self.proc.wait()
-            raise
+            raise AssertionError(f"the consumer outlived SIGTERM by {timeout}s:\n"
+                                 + "".join(self.lines[-300:])) from None

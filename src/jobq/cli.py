@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -252,8 +253,11 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser().parse_args(argv)
     from jobq import commands
+    from jobq.backstop import Backstop
 
-    return _run(lambda s: commands.consume(s, stats_json=args.stats_json), args)
+    with Backstop(logging.getLogger("jobq")) as backstop:
+        return _run(lambda s: commands.consume(s, stats_json=args.stats_json,
+                                               backstop=backstop), args)
 
 
 def producer_main(argv: Sequence[str] | None = None) -> int:

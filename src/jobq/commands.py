@@ -18,6 +18,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobq.api import wired
+from jobq.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.config import Settings
 from jobq.container import (
     Container,
@@ -71,20 +72,26 @@ async def _observers(settings: Settings, container: Container, pool: WorkerPool,
     return metrics, server, monitor
 
 
-async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
+async def consume(settings: Settings, *, stats_json: str | None = None,
+                  backstop: Backstop | None = None) -> int:
     """Run the worker pool until stopped (or drained with --once); 130 after a forced stop.
 
     SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
     retrying an unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs
     every task's and thread's stack. No processor configured: a config error (exit 2).
+    ``backstop`` is armed at the first signal with ``shutdown_bound`` and when the pool stops
+    with ``closing_bound``: past them the process logs its stacks and exits (backstop.py).
     """
     require_processor(settings.consumer)
     pools: list[WorkerPool] = []
     stopping: list[float] = []
-    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping), name="jobq-consume")
+    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping, backstop),
+                               name="jobq-consume")
 
     def stop() -> None:
         stopping.append(time.monotonic())
+        if backstop is not None:
+            backstop.arm(shutdown_bound(settings))
         if pools:
             pools[0].stop()
             return
@@ -104,7 +111,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None) -> int:
 
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
-                   stopping: list[float]) -> int:
+                   stopping: list[float], backstop: Backstop | None) -> int:
     async with wired(settings) as container:
         pool = await get_worker_pool(container)
         transport = await get_transport(container)
@@ -133,6 +140,8 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             async with scheduling(schedules, ticks, log):
                 stats = await pool.run()
         finally:
+            if backstop is not None:
+                backstop.arm(closing_bound(settings))
             metrics.ready = False
             await monitor.stop()
             await transport.close()

@@ -15,6 +15,27 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+
+def awaiting(task: asyncio.Task[object]) -> list[FrameType]:
+    """The frames of ``task`` from its coroutine down to the innermost await.
+
+    ``Task.get_stack`` stops at the task's own coroutine; what it awaits (a coroutine awaiting
+    a coroutine, an async generator) is followed through ``cr_await`` here.
+    """
+    frames: list[FrameType] = []
+    current: Any = task.get_coro()
+    while current is not None:
+        frame = (getattr(current, "cr_frame", None) or getattr(current, "gi_frame", None)
+                 or getattr(current, "ag_frame", None))
+        if frame is None:
+            break
+        frames.append(frame)
+        current = (getattr(current, "cr_await", None) or getattr(current, "gi_yieldfrom", None)
+                   or getattr(current, "ag_await", None))
+    return frames or task.get_stack()
 
 
 def render_stacks(loop: asyncio.AbstractEventLoop) -> str:
@@ -24,9 +45,8 @@ def render_stacks(loop: asyncio.AbstractEventLoop) -> str:
     out.write(f"{len(tasks)} asyncio tasks:\n")
     for task in tasks:
         out.write(f"--- task {task.get_name()} ({task.get_coro()!r})\n")
-        frames = task.get_stack()
-        out.write("".join(traceback.format_list(
-            traceback.StackSummary.extract((f, f.f_lineno) for f in frames))) or "  (no stack)\n")
+        out.write("".join(traceback.format_list(traceback.StackSummary.extract(
+            (f, f.f_lineno) for f in awaiting(task)))) or "  (no stack)\n")
     names = {t.ident: t.name for t in threading.enumerate()}
     frames_by_thread = sys._current_frames()
     out.write(f"{len(frames_by_thread)} threads:\n")
