@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
     """Status and body of a GET (4xx/5xx included)."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()

@@ -32,7 +32,7 @@ from jobq.container import (
 )
 from jobq.durations import format_duration
 from jobq.errors import ConfigError
-from jobq.metrics import Metrics, serve
+from jobq.metrics import Metrics, serve, stop_serving
 from jobq.monitor import Monitor, render_depth
 from jobq.pacing import send_paced
 from jobq.pausing import render_change, render_state
@@ -123,7 +123,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             await open_transport(transport, settings.connect, log)
         except BaseException:  # failed or abandoned (a signal): nothing else will stop it
             if server is not None:
-                server.shutdown()
+                stop_serving(server)
             raise
         pools.append(pool)
         if stopping:
@@ -149,7 +149,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             if shutdown is not None:
                 metrics.shutdown(shutdown)
             if server is not None:
-                server.shutdown()
+                stop_serving(server)
         forced = pool.forced
     summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
                "released": stats.released, "settle_failures": stats.settle_failures,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from socketserver import ThreadingMixIn
 from typing import Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -21,6 +22,8 @@ from prometheus_client.registry import Collector
 from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
 from jobq.transport import Depth
+
+CLIENT_TIMEOUT = 10.0  # seconds a metrics client may stay silent in the middle of a request
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                     10, 30, 60, 300)
@@ -206,8 +209,20 @@ class Metrics:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT  # a client silent this long mid-request is dropped
+
     def log_message(self, format: str, *args: object) -> None:
         return None
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per request: one client that never finishes its request (a cut-off probe, a
+    scanner) blocked every scrape and /healthz behind it, and ``shutdown`` with them."""
+
+    daemon_threads = True  # a request in progress never holds the process at exit
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client gone or silent is its own problem: nothing on stderr."""
 
 
 Start = Callable[[str, list[tuple[str, str]]], object]
@@ -232,6 +247,13 @@ def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
         body: Iterable[bytes] = prometheus(environ, start)
         return body
 
-    server = make_server(host, port, app, handler_class=_QuietHandler)
+    server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="jobq-metrics", daemon=True).start()
     return server
+
+
+def stop_serving(server: WSGIServer) -> None:
+    """Stop the server and close its port: within its poll interval (0.5 s), whatever the
+    requests in progress are doing (each has a thread of its own, and is dropped at exit)."""
+    server.shutdown()
+    server.server_close()
