@@ -13,7 +13,7 @@ from jobq.config import PostgresConfig
 from jobq.errors import ConfigError, TransportError
 from jobq.transport import DeadJob, Depth, PauseState
 from jobq.transports.common import shown_payload
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import pooled, translated
 from jobq.transports.postgres.retention import Pruner
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
@@ -31,9 +31,17 @@ def render_migrations(schema: str) -> str:
 Fetch = Callable[[str, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 
 
-def pool_fetch(pool: Pool, queries: Queries) -> Fetch:
-    """Runs a named statement of ``queries`` on a connection of ``pool``; returns its rows."""
+def pool_fetch(pool: Pool, queries: Queries, seconds: float | None = None) -> Fetch:
+    """Runs a named statement of ``queries`` on a connection of ``pool``; returns its rows.
+
+    With ``seconds``, the statement has that deadline as every consumer statement does
+    (connect.pooled); without, an operator's command (a purge of many rows) may take long.
+    """
     async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+        if seconds is not None:
+            async with pooled(pool, f"postgres {name}", seconds) as conn:
+                cur = await conn.execute(queries[name], params)
+                return await cur.fetchall()
         with translated(f"postgres {name}"):
             async with pool.connection() as conn:
                 cur = await conn.execute(queries[name], params)
@@ -73,6 +81,10 @@ class PostgresAdmin:
         self._schema = settings.schema
         self._q = Queries(settings.schema)
         self._fetch = pool_fetch(pool, self._q)
+        # What consumers ask every second or so (depth, pause): a look left running when
+        # its consumer stops must end within the deadline (psycopg's own cancel of a
+        # statement on a dark link waits 5 + 5 s; seen as a shutdown 3 s over its bound).
+        self._look = pool_fetch(pool, self._q, settings.network_deadline)
         self._queue = queue
 
     async def init(self) -> str:
@@ -130,7 +142,7 @@ class PostgresAdmin:
     async def depth(self) -> Depth:
         """Jobs still in the queue by state (pending, running, dead; done ones are not counted)
         and the age in seconds of the oldest pending job (None when none waits)."""
-        rows = await self._fetch("depth", {"queue": self._queue})
+        rows = await self._look("depth", {"queue": self._queue})
         counts: dict[str, int | None] = {status: int(n) for status, n, _ in rows}
         oldest = next((float(age) for status, _, age in rows
                        if status == "pending" and age is not None), None)
@@ -162,7 +174,8 @@ class PostgresAdmin:
         """A statement on the queues table; a schema from before migration 7 has none: no rows
         (never paused), or, where it is ``needed``, a ConfigError naming `jobq init`."""
         try:
-            return await self._fetch(name, {"queue": self._queue})
+            return await (self._look if name == "paused" else self._fetch)(
+                name, {"queue": self._queue})
         except TransportError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
                 raise
