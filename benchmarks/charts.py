@@ -16,7 +16,8 @@ Row = dict[str, Any]
 COLORS = {  # one colour per target, baselines in grey shades
     "postgres-lease": "#1f77b4", "postgres-transaction": "#6baed6", "raw-psycopg": "#7f7f7f",
     "raw-psycopg-1": "#bdbdbd", "rabbitmq-quorum": "#ff7f0e", "rabbitmq-classic": "#fdae6b",
-    "raw-aio-pika": "#a6a6a6", "raw-aio-pika-classic": "#d0d0d0",
+    "raw-aio-pika": "#a6a6a6", "raw-aio-pika-classic": "#d0d0d0", "raw-pika": "#525252",
+    "raw-pika-classic": "#969696",
 }
 
 
@@ -122,11 +123,33 @@ def latency_cdf(rows: Sequence[Row], path: Path) -> None:
     plt.close(fig)
 
 
+def backlog(rows: Sequence[Row], path: Path) -> None:
+    """Jobs/s against jobs still waiting, one line per target (the deep-queue drain)."""
+    deep = [r for r in rows if r["scenario"] == "backlog" and r.get("timeline")]
+    if not deep:
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for r in deep:
+        left, rates = zip(*r["timeline"], strict=True)
+        ax.plot(left, rates, label=r["target"], color=_color(r["target"]))
+    ax.invert_xaxis()  # the drain goes left to right
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xlabel("jobs still waiting")
+    ax.set_ylabel("jobs/s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title("deep queue: drain rate as the backlog shrinks", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def draw_all(rows: Sequence[Row], directory: Path) -> list[Path]:
     """Write every chart that has data; return the files written."""
     written = []
     for name, draw in (("throughput.png", throughput), ("latency.png", latency),
-                       ("latency_cdf.png", latency_cdf)):
+                       ("latency_cdf.png", latency_cdf), ("backlog.png", backlog)):
         path = directory / name
         draw(rows, path)
         if path.exists():

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu import Sampler
-from benchmarks.measure import Outcomes, cdf, count_entries, latency_summary, outcomes
+from benchmarks.measure import (
+    Outcomes,
+    cdf,
+    count_entries,
+    latency_summary,
+    outcomes,
+    timeline,
+)
+from benchmarks.processors import read_records
 from benchmarks.spaces import BIN, Servers, Space
 from benchmarks.targets import Launch, Target, Work
 
@@ -42,6 +50,7 @@ class Case:
     kill_at: float = 0.0  # > 0: SIGKILL one consumer once this fraction of jobs is done
     env: dict[str, str] = field(default_factory=dict)  # extra JOBQ_* settings for the case
     timeout: float = 120.0
+    storage: bool = False  # note what the server holds before and after, and the rate over time
 
 
 class Proc:
@@ -107,7 +116,7 @@ def producer_argv(space: Space, count: int, rate: float = 0.0) -> list[str]:
 def enqueue(space: Space, count: int, log: Path) -> None:
     """Pre-enqueue ``count`` jobs with the real producer; raise if it fails."""
     proc = Proc(producer_argv(space, count), space.env, log)
-    if proc.wait(300) != 0:
+    if proc.wait(max(300.0, count / 2_000)) != 0:
         raise RuntimeError(f"producer failed ({proc.code}): {proc.tail()}")
 
 
@@ -207,10 +216,13 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
     space = target.make_space(servers, case.env)
     started = time.monotonic()
     run = CaseRun(target, case, space, work_dir)
+    storage: dict[str, Any] = {}
     try:
         space.create()
         if not case.rate:
             enqueue(space, case.jobs, work_dir / "producer.log")
+        if case.storage:
+            storage["before"] = space.storage()
         run.sampler.start()
         run.start_consumers()
         run.wait_ready()
@@ -224,10 +236,15 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
         run.sampler.stop()
         for proc in run.consumers:
             proc.wait(10)
+        if case.storage and "before" in storage:
+            storage["after"] = space.storage()
         space.drop()
     run.check_exits()
     run.problems.extend(run.sampler.errors)
     result = evaluate(run, outcomes(run.records, case.jobs, case.warmup))
+    if case.storage:
+        result["storage"] = storage
+        result["timeline"] = timeline([e.finished for e in read_records(run.records)], case.jobs)
     result["wall_s"] = round(time.monotonic() - started, 3)
     result["settings"] = target.describe_settings(space, case.concurrency)
     return result

@@ -92,6 +92,22 @@ def summarise(entries: Sequence[Entry], enqueued: int, warmup: float = 0.0) -> O
     )
 
 
+def timeline(finished: Sequence[float], enqueued: int, points: int = 50
+             ) -> list[tuple[int, float]]:
+    """The drain's rate as it went: (jobs still to do, jobs/s) over each ``1/points`` of the
+    outcomes in completion order, from ``finished`` (each outcome's wall-clock time)."""
+    times = sorted(finished)
+    if len(times) < 2:
+        return []
+    step = max(1, len(times) // points)
+    out = []
+    for start in range(0, len(times) - 1, step):
+        end = min(start + step, len(times) - 1)
+        took = times[end] - times[start]
+        out.append((max(enqueued - end, 0), round((end - start) / took, 1) if took > 0 else 0.0))
+    return out
+
+
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0..1) of already sorted values, nearest-rank."""
     if not sorted_values:

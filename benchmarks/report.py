@@ -86,6 +86,51 @@ def server_wait_lines(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+DEEP_GOAL = 0.8  # issue: a 1,000,000-job backlog drains at >= 0.8x the 20,000-job rate
+
+
+def _size(value: Any) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def backlog_lines(rows: Sequence[Row]) -> list[str]:
+    """Each target's deep-queue drain against its shallow one, and what the server held."""
+    out = []
+    deep = [r for r in rows if r["scenario"] == "backlog"]
+    ratios = {r["target"]: r.get("vs_shallow") for r in deep}
+    for r in deep:
+        ratio = r.get("vs_shallow")
+        line = (f"- {r['target']}, {r['jobs']:,} jobs deep: {_num(r['throughput'])} jobs/s = "
+                f"{_ratio(ratio)} its drain x1 in this run")
+        if r["target"] == "postgres-lease" and ratio is not None:
+            raw = ratios.get("raw-psycopg")
+            verdict = "meets" if ratio >= DEEP_GOAL and (raw is None or ratio > raw) else "**misses**"
+            line += (f" (goal ≥ {DEEP_GOAL}x and above raw-psycopg's {_ratio(raw)} — {verdict})")
+        out.append(line)
+        before, after = r["storage"].get("before", {}), r["storage"].get("after", {})
+        if "total_bytes" in before:
+            out.append(
+                f"  - jobs table before / after: table {_size(before['table_bytes'])} / "
+                f"{_size(after.get('table_bytes'))}, indexes {_size(before['indexes_bytes'])} / "
+                f"{_size(after.get('indexes_bytes'))}, dead tuples {_num(before['dead_tuples'])} "
+                f"/ {_num(after.get('dead_tuples'))}; autovacuum "
+                f"{after.get('autovacuum_setting', '?')}, ran "
+                f"{_num((after.get('autovacuum_runs') or 0) - (before['autovacuum_runs'] or 0))} "
+                "times during the drain")
+        elif "memory_bytes" in before:
+            out.append(f"  - work queue before / after: {_num(before['messages'])} / "
+                       f"{_num(after.get('messages'))} messages, memory "
+                       f"{_size(before['memory_bytes'])} / {_size(after.get('memory_bytes'))}")
+        elif before or after:
+            out.append(f"  - storage: {before.get('error') or after.get('error')}")
+        points = r.get("timeline") or []
+        if points:
+            shown = ", ".join(f"{left:,} left: {_num(rate)}/s"
+                              for left, rate in points[:: max(1, len(points) // 5)])
+            out.append(f"  - rate as it drained: {shown} (chart: backlog.png)")
+    return out
+
+
 WAIT_NAMES = {"cpu": "running", "wal": "waiting on WAL flushes", "lock": "on locks",
               "io": "on other I/O", "client": "on their client", "other": "other"}
 
@@ -139,6 +184,14 @@ def render(results: Mapping[str, Any]) -> str:
     goals = goal_lines(rows, targets)
     if goals:
         parts += ["## Goals", "", *goals, ""]
+    deep = backlog_lines(rows)
+    if deep:
+        parts += ["## Deep queue (backlog)", "",
+                  "One consumer process drains a queue that holds every job from the start; "
+                  "*x drain x1* divides its rate by the same target's 20,000-job drain in the "
+                  "same run. The table figures come from pg_stat_user_tables and the size "
+                  "functions, the queue's from `rabbitmqctl list_queues` (messages, memory).",
+                  "", *deep, ""]
     scaling = scaling_lines(rows)
     if scaling:
         parts += ["## Scaling with consumer processes (drain)", "", *scaling, ""]

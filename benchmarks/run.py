@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from benchmarks import report, summary
 from benchmarks.harness import Case, run_case
 from benchmarks.progress import Progress
-from benchmarks.scenarios import FULL, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
+from benchmarks.scenarios import FULL, ON_REQUEST, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
 from benchmarks.spaces import Servers
 from benchmarks.sysinfo import environment
 from benchmarks.targets import TARGETS, Target
@@ -43,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated (default: all)")
-    p.add_argument("--scenarios", help="comma-separated (default: all; with --quick: "
+    p.add_argument("--scenarios", help="comma-separated (default: all but "
+                   + ",".join(sorted(ON_REQUEST)) + ", which runs only when named; with --quick: "
                    + ",".join(QUICK_SCENARIOS) + ")")
     p.add_argument("--quick", action="store_true", help="small counts, fewer scenarios: under a minute")
     p.add_argument("--jobs", type=int, help="override every scenario's job count")
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
     args = parser().parse_args(argv)
     targets = [TARGETS[n] for n in _names(args.targets, TARGETS, "targets")]
-    default = QUICK_SCENARIOS if args.quick else tuple(SCENARIOS)
+    default = QUICK_SCENARIOS if args.quick else tuple(n for n in SCENARIOS if n not in ON_REQUEST)
     scenarios = _names(args.scenarios or ",".join(default), SCENARIOS, "scenarios")
     size = QUICK if args.quick else FULL
     if args.jobs:

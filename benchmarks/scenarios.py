@@ -21,13 +21,16 @@ class Size:
     warmup_seconds: float = 0.5
     failure_jobs: int = 5_000
     crash_jobs: int = 20_000
+    backlog_jobs: int = 1_000_000
     concurrency: int = 32
 
 
 FULL = Size()
 QUICK_SCENARIOS = ("drain", "latency", "crash")  # --quick: speed, latency, correctness
 QUICK = Size(drain_jobs=5_000, drain_consumers=(1,), io_jobs=2_000, rates=(1_000.0,),
-             latency_seconds=1.0, failure_jobs=500, crash_jobs=3_000)
+             latency_seconds=1.0, failure_jobs=500, crash_jobs=3_000, backlog_jobs=50_000)
+# Asked for by name only (--scenarios drain,backlog): a million jobs per target is a long run.
+ON_REQUEST = frozenset({"backlog"})
 
 
 def scaled(size: Size, jobs: int) -> Size:
@@ -36,7 +39,8 @@ def scaled(size: Size, jobs: int) -> Size:
                 rates=size.rates, latency_seconds=max(0.5, min(size.latency_seconds,
                                                                 jobs / max(size.rates))),
                 warmup_seconds=min(size.warmup_seconds, 0.2),
-                failure_jobs=jobs, crash_jobs=jobs, concurrency=size.concurrency)
+                failure_jobs=jobs, crash_jobs=jobs, backlog_jobs=jobs,
+                concurrency=size.concurrency)
 
 
 # A killed consumer's jobs come back when their lease expires: a short lease keeps the crash
@@ -78,6 +82,17 @@ def crash(size: Size) -> list[Case]:
                  once=False, kill_at=1 / 3, env=CRASH_ENV, concurrency=size.concurrency)]
 
 
+def backlog(size: Size) -> list[Case]:
+    """A deep queue (1,000,000 no-op jobs pre-enqueued) drained by one consumer process: the
+    rate as the backlog shrinks, and what the server held before and after (table and index
+    sizes, dead tuples, autovacuum; queue memory). Compare with drain x1: a shallow queue."""
+    jobs = size.backlog_jobs
+    return [Case(scenario="backlog", variant=f"{jobs:,} deep", jobs=jobs, consumers=1,
+                 concurrency=size.concurrency, storage=True,
+                 timeout=max(120.0, jobs / 1_000))]  # 1,000 jobs/s at the very least
+
+
 SCENARIOS: dict[str, Callable[[Size], list[Case]]] = {
     "drain": drain, "io": io, "latency": latency, "failures": failures, "crash": crash,
+    "backlog": backlog,
 }

@@ -8,13 +8,14 @@ people use the same servers.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
@@ -55,6 +56,9 @@ class Space(Protocol):
     def server_pids(self) -> list[int]:
         """The server processes doing this case's work right now (for CPU accounting)."""
 
+    def storage(self) -> dict[str, Any]:
+        """What the server holds for this case's queue right now (sizes, dead tuples, memory)."""
+
     def server_waits(self) -> dict[str, int] | None:
         """How many of those processes are, right now, on CPU or waiting, by what they wait
         for (``cpu``, ``wal``, ``lock``, ``io``, ``client``, ``other``); None where the server
@@ -92,6 +96,16 @@ SELECT CASE WHEN state = 'active' AND wait_event_type IS NULL THEN 'cpu'
             WHEN wait_event_type = 'Client' OR state LIKE 'idle%%' THEN 'client'
             ELSE 'other' END, count(*)
   FROM pg_stat_activity WHERE application_name = %s GROUP BY 1
+"""
+
+# The jobs table of a case (the server's statistics: counts are as of each backend's last
+# flush, within about a second of its transactions).
+STORAGE = """
+SELECT pg_relation_size(c.oid), pg_indexes_size(c.oid), pg_total_relation_size(c.oid),
+       s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.last_autovacuum,
+       current_setting('autovacuum')
+  FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+ WHERE c.oid = %s::regclass
 """
 
 
@@ -137,6 +151,16 @@ class PostgresSpace:
         rows = self._monitor().execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.app,)).fetchall()
         return [int(row[0]) for row in rows]  # type: ignore[call-overload]
+
+    def storage(self) -> dict[str, Any]:
+        """The jobs table as the server holds it: sizes, live and dead tuples, autovacuum."""
+        table = sql.Identifier(self.schema, "jobs").as_string(None)
+        row = self._monitor().execute(STORAGE, (table,)).fetchone()
+        assert row is not None
+        names = ("table_bytes", "indexes_bytes", "total_bytes", "live_tuples", "dead_tuples",
+                 "autovacuum_runs", "last_autovacuum", "autovacuum_setting")
+        return dict(zip(names, (str(v) if k == "last_autovacuum" and v else v
+                                for k, v in zip(names, row, strict=True)), strict=True))
 
     def server_waits(self) -> dict[str, int] | None:
         """Backends of this case by wait class, from pg_stat_activity (see WAITS)."""
@@ -199,6 +223,29 @@ class RabbitSpace:
     def server_pids(self) -> list[int]:
         """The broker node (its CPU includes other users' traffic on a shared broker)."""
         return beam_pids()
+
+    def storage(self) -> dict[str, Any]:
+        """The work queue as the broker holds it: its messages (a passive declare: exact) and
+        the memory of the queue's processes as ``rabbitmqctl list_queues`` reports it, in
+        bytes (their heap, which the broker does not shrink at once after a drain)."""
+        async def count() -> int:
+            import aio_pika
+
+            connection = await aio_pika.connect(self.servers.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                queue = await channel.declare_queue(self.queue, passive=True)
+                return int(queue.declaration_result.message_count or 0)
+
+        out: dict[str, Any] = {"messages": asyncio.run(count())}
+        try:
+            done = subprocess.run(["rabbitmqctl", "list_queues", "-q", "--formatter", "json",
+                                   "name", "memory"], capture_output=True, text=True, timeout=30)
+            rows = json.loads(done.stdout or "[]")
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            return {**out, "error": f"rabbitmqctl list_queues: {exc}"}
+        row: dict[str, Any] = next((r for r in rows if r.get("name") == self.queue), {})
+        return {**out, "memory_bytes": row.get("memory")}
 
     def server_waits(self) -> dict[str, int] | None:
         """The broker does not say what its processes wait for."""

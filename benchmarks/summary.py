@@ -32,7 +32,17 @@ def aggregate(runs: Sequence[Mapping[str, Any]], targets: Mapping[str, Target]) 
                                          base["latency_ms"].get("p99", math.nan))
                                   if base and row["latency_ms"] else None)
     _scaling(rows)
+    _depth(rows)
     return rows
+
+
+def _depth(rows: list[Row]) -> None:
+    """A backlog row's rate divided by the same target's shallow drain (x1) in the run."""
+    shallow = {r["target"]: r for r in rows if r["scenario"] == "drain" and r["variant"] == "x1"}
+    for row in rows:
+        if row["scenario"] == "backlog":
+            base = shallow.get(row["target"])
+            row["vs_shallow"] = _ratio(row["throughput"], base["throughput"]) if base else None
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -67,7 +77,15 @@ def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Ro
         "status": "failed" if any(r["status"] != "ok" for r in all_runs) else "ok",
         "problems": sorted({p for r in all_runs for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
+        **({"storage": _median_tp_run(group)["storage"],
+            "timeline": _median_tp_run(group)["timeline"]} if "storage" in group[0] else {}),
     }
+
+
+def _median_tp_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The repeat whose throughput is the median one."""
+    ranked = sorted(group, key=lambda r: r["throughput"])
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def _median_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:

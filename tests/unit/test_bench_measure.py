@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from benchmarks.charts import draw_all
-from benchmarks.measure import count_entries, outcomes, quantile
+from benchmarks.measure import count_entries, outcomes, quantile, timeline
 from benchmarks.processors import DEAD, Recorder, read_records
+from benchmarks.report import backlog_lines
 from benchmarks.summary import aggregate
 from benchmarks.targets import TARGETS
 from tests.conftest import ROOT
@@ -101,3 +102,33 @@ def test_server_waits_are_averaged_over_the_window_and_name_the_limit() -> None:
              "cpu": {"server_waits": {"client": 2.0, "cpu": 0.5, "wal": 1.0}}}
     assert server_wait_lines([drain, {**drain, "consumers": 2}]) == [
         "- postgres-transaction: running 0.50, waiting on WAL flushes 1.00, on their client 2.00"]
+
+
+def test_the_timeline_gives_the_rate_over_each_slice_of_the_drain() -> None:
+    # 100 outcomes: 100/s up to the 51st, then 10/s.
+    finished = [i * 0.01 for i in range(51)] + [0.5 + (i + 1) * 0.1 for i in range(49)]
+    points = timeline(finished, 100, points=2)
+    assert [left for left, _ in points] == [50, 1]
+    assert points[0][1] == 100.0 and 9.9 < points[1][1] < 10.1
+    assert timeline([1.0], 1) == []
+
+
+def test_a_backlog_row_is_divided_by_its_shallow_drain_and_reported(tmp_path: Path) -> None:
+    storage = {"before": {"table_bytes": 2**20, "indexes_bytes": 2**19, "total_bytes": 2**21,
+                          "live_tuples": 100, "dead_tuples": 0, "autovacuum_runs": 0,
+                          "last_autovacuum": None, "autovacuum_setting": "off"},
+               "after": {"table_bytes": 2**21, "indexes_bytes": 2**20, "total_bytes": 2**22,
+                         "live_tuples": 100, "dead_tuples": 100, "autovacuum_runs": 0,
+                         "last_autovacuum": None, "autovacuum_setting": "off"}}
+    deep = {"storage": storage, "timeline": [(50, 9.0), (0, 7.0)]}
+    runs = [_run("postgres-lease", "drain", "x1", 20.0), _run("raw-psycopg", "drain", "x1", 40.0),
+            {**_run("postgres-lease", "backlog", "100 deep", 16.0), **deep},
+            {**_run("raw-psycopg", "backlog", "100 deep", 20.0), **deep}]
+    rows = aggregate(runs, TARGETS)
+    lease = next(r for r in rows if r["scenario"] == "backlog" and r["target"] == "postgres-lease")
+    assert lease["vs_shallow"] == 0.8 and lease["timeline"] == [(50, 9.0), (0, 7.0)]
+    text = "\n".join(backlog_lines(rows))
+    assert "= 0.80x its drain x1" in text and "above raw-psycopg's 0.50x — meets" in text
+    assert "table 1.0 MiB / 2.0 MiB" in text and "dead tuples 0 / 100" in text
+    assert "autovacuum off, ran 0 times" in text
+    assert "backlog.png" in {p.name for p in draw_all(rows, tmp_path)}
