@@ -25,6 +25,7 @@ from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.connect import consumer_id, pooled
+from jobq.transports.postgres.cursor import ClaimCursor, Key
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.held import Held, Lease, pairs
 from jobq.transports.postgres.idle import idle_wait
@@ -71,6 +72,7 @@ class PostgresTransport:
         self._releasing: list[Lease] = []  # releases waiting for the statement that writes them
         self._released: asyncio.Future[None] | None = None  # the batch's statement, written
         self._claims = itertools.count(1)  # numbers this consumer's claims: their tokens
+        self._cursor = ClaimCursor()  # where the next claim starts (cursor.py)
         self._held = Held()  # claimed by us and not yet settled in the database (or lost)
         self._acks: list[Lease] = []
         self._acks_waiting = asyncio.Event()
@@ -141,9 +143,24 @@ class PostgresTransport:
                 await asyncio.wait_for(self._wake.wait(), wait)
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:
+        """Claim from the cursor, or from the start of the queue (cursor.py says which); a
+        claim from the cursor that finds nothing is made again from the start at once."""
+        after = self._cursor.start()
+        token, rows = await self._claim_from(limit, after)
+        self._cursor.claimed(after, ((row[8], row[0]) for row in rows), limit)
+        if rows or after is None:
+            return token, rows
+        token, rows = await self._claim_from(limit, None)
+        self._cursor.claimed(None, ((row[8], row[0]) for row in rows), limit)
+        return token, rows
+
+    async def _claim_from(self, limit: int, after: Key | None) -> tuple[str, list[Any]]:
         token = f"{self._worker}/{next(self._claims)}"
         params = {"queue": self._queue, "limit": limit, "lease": self._cfg.lease, "token": token}
-        claim = asyncio.ensure_future(self._run("claim", params, fetch=True))
+        if after is not None:
+            params.update(after_run_at=after[0], after_id=after[1])
+        name = "claim" if after is None else "claim_after"
+        claim = asyncio.ensure_future(self._run(name, params, fetch=True))
         try:
             rows = await asyncio.shield(claim)
         except asyncio.CancelledError:

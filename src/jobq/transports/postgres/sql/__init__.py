@@ -12,6 +12,11 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^-- migration: (\d+) (.*)$", re.MULTILINE)
 
 
+# A claim from the cursor starts past the last job its consumer claimed (postgres/cursor.py):
+# a bound of the scan of jobs_pending_idx, whose key is (queue, run_at, id).
+AFTER = sql.SQL("AND (run_at, id) > (%(after_run_at)s, %(after_id)s)")
+
+
 def _read(filename: str) -> str:
     return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
 
@@ -43,10 +48,14 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         names = _identifiers(schema)
-        self._by_name: dict[str, sql.Composed] = {
-            mark.group(1): sql.SQL(body.rstrip(";")).format(**names)
-            for mark, body in _blocks(_NAME, _read("queries.sql"))
-        }
+        self._by_name: dict[str, sql.Composed] = {}
+        for mark, body in _blocks(_NAME, _read("queries.sql")):
+            text = sql.SQL(body.rstrip(";"))
+            if "{after}" in body:  # the lease claim: from the start, and from a cursor
+                self._by_name[mark.group(1)] = text.format(**names, after=sql.SQL(""))
+                self._by_name[f"{mark.group(1)}_after"] = text.format(**names, after=AFTER)
+            else:
+                self._by_name[mark.group(1)] = text.format(**names)
         self.channel = f"{schema}.jobs"
 
     def __getitem__(self, name: str) -> sql.Composed:

@@ -8,7 +8,9 @@
 -- only that one: the pool runs an isolated delivery with nothing else in flight, so a crash
 -- during it is the job's own. It walks jobs_isolated_idx, which is empty unless consumers
 -- crashed, so in a run without crashes it costs one empty index probe, no second round trip.
--- CTE "batch" runs only when "lone" found nothing: it walks jobs_pending_idx in hand-out order,
+-- CTE "batch" runs only when "lone" found nothing: it walks jobs_pending_idx in hand-out order
+-- (claim_after, the same statement, starts the walk past the consumer's last claimed job:
+-- postgres/cursor.py),
 -- leaves the isolated jobs to "lone", and skips rows another consumer is claiming right now
 -- (SKIP LOCKED), so concurrent consumers never wait on each other.
 -- The UPDATE counts the attempt at claim time (a rescue refunds it when the crash cannot be
@@ -37,7 +39,7 @@ batch AS (
     SELECT id
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND NOT isolate AND run_at <= now()
-       AND NOT EXISTS (SELECT FROM lone)
+       AND NOT EXISTS (SELECT FROM lone) {after}
      ORDER BY run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -55,7 +57,7 @@ UPDATE {jobs} AS j
   FROM picked, async_commit
  WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at,
-          j.isolate;
+          j.isolate, j.run_at;
 
 -- name: next_due
 -- Seconds until the queue's next pending job is due (NULL when none is), asked by a consumer
