@@ -195,3 +195,27 @@ async def test_enqueue_many_under_resets_enqueues_each_id_once_or_names_it(
     assert set(arrived) <= accepted | maybe, "a job arrived that the call did not report"
     assert all(n == 1 for n in arrived.values())
     assert failed == 0  # the proxy takes new connections at once: every call rides it out
+
+
+def test_a_lull_in_deliveries_does_not_end_a_once_drain_early(
+        rabbit: Backend, amqp_proxy: FaultProxy, tmp_path: Path) -> None:
+    # A --once drain took one second without a delivery (while the queue said it held
+    # messages) for the end: a 1,000,000-job quorum drain stopped with 690,257 left.
+    rabbit.produce(1000)
+    log, done = tmp_path / "consumer.err", tmp_path / "done"
+    proc = consumer(rabbit, faulty_env(rabbit, amqp_proxy), done, log, "-a", "sleep_ms=2",
+                    "-n", "4", "--once")
+    try:
+        assert wait_until(lambda: distinct(done) >= 50, 30), log.read_text()
+        amqp_proxy.stall()
+        # Longer than a depth probe's own deadline and one more drain_timeout, well inside
+        # the heartbeat's grace (9 s).
+        time.sleep(PUBLISH_TIMEOUT + 2.5)
+        amqp_proxy.heal()
+        proc.wait(60)
+    finally:
+        amqp_proxy.heal()
+        if proc.poll() is None:
+            stop_cli(proc, 30)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert distinct(done) == 1000, (distinct(done), log.read_text()[-3000:])

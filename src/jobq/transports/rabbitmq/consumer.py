@@ -75,6 +75,7 @@ RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporti
 RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look again this often
 ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
 SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
+DRAIN_STALL = 30.0  # --once: seconds a queue may hold ready messages that never come, then drained
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
 HOLD_MARGIN = 0.001  # a held message wakes this much after its due time (timers round to 1 ms)
 
@@ -517,7 +518,7 @@ class RabbitTransport:
     async def _wait(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        probed = False
+        stalled_since: float | None = None
         while not self._arrived and not self._takes_alone():
             session = self._session
             if session is None or not session.alive:
@@ -526,11 +527,21 @@ class RabbitTransport:
             await self._sleep(deadline)
             if self._arrived or self._takes_alone() or loop.time() < deadline:
                 continue
-            # A silent drain probe (--once): if the queue still holds ready messages, give them
-            # one more drain_timeout to arrive before the pool believes it is drained.
-            if probed or timeout < self.drain_timeout or not await self._ready_count(session):
+            # A silent drain probe (--once): while the queue still holds ready messages (or
+            # cannot say), wait for them another drain_timeout, and again, up to DRAIN_STALL.
+            # Giving up after one more (as before) ended a --once drain of a 1,000,000-job
+            # quorum queue with 690,257 jobs left, after a one-second lull in deliveries.
+            if timeout < self.drain_timeout:
                 return
-            probed = True
+            ready = await self._ready_count(session)
+            if not ready:
+                return
+            stalled_since = loop.time() if stalled_since is None else stalled_since
+            if loop.time() - stalled_since > DRAIN_STALL:
+                self._log.warning("queue %r still holds %d ready messages, but none came for "
+                                  "%gs: ending the drain (--once) with them left", self._queue,
+                                  ready, DRAIN_STALL)
+                return
             deadline = loop.time() + self.drain_timeout
 
     async def _sleep(self, deadline: float) -> None:
