@@ -20,6 +20,8 @@ def main() -> int:
     """Run the quick benchmark and print its tables."""
     out = RESULTS / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     code = run_benchmark(["--quick", "--scenarios", SCENARIOS, "--out", str(out)])
+    if not (out / "report.md").exists():  # no backend answered: the benchmark said why
+        return code
     report = (out / "report.md").read_text(encoding="utf-8").splitlines()
     keep, printing = [], False
     for line in report:

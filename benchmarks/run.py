@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from benchmarks import report, summary
 from benchmarks.harness import Case, run_case
 from benchmarks.progress import Progress
+from benchmarks.reach import unreachable
 from benchmarks.scenarios import FULL, ON_REQUEST, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
 from benchmarks.spaces import Servers
 from benchmarks.sysinfo import environment
@@ -148,6 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         parser().error(f"--out {out} is not empty: choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
     servers = Servers.from_env()
+    missing = unreachable(servers, {t.backend for t in targets})
+    skipped = [t.name for t in targets if t.backend in missing]
+    for why in missing.values():
+        print(f"benchmark: {why}", file=sys.stderr)
+    if skipped:
+        print(f"benchmark: skipping {', '.join(skipped)}", file=sys.stderr, flush=True)
+        targets = [t for t in targets if t.backend not in missing]
+        if not targets:
+            return 1
     started = time.monotonic()
     env = environment(servers, {t.backend for t in targets})
     runs = execute(plan(targets, scenarios, size, max(1, args.repeat)), servers, out,
@@ -155,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     results = assemble(runs, targets, scenarios, size, env, argv, time.monotonic() - started)
     write(results, out, charts=not args.no_charts)
     print(out / "report.md")
-    return 0 if all(r["status"] == "ok" for r in runs) else 1
+    if skipped:
+        print(f"benchmark: skipped {', '.join(skipped)} (unreachable: {', '.join(missing)})",
+              file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in runs) and not skipped else 1
 
 
 def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[str], size: Size,

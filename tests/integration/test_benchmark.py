@@ -51,3 +51,18 @@ def test_a_postgres_space_says_what_its_backends_wait_for(pg_dsn: str) -> None:
             assert len(space.server_pids()) == 1
     finally:
         space.drop()
+
+
+def test_a_backend_that_does_not_answer_is_skipped_and_the_other_runs(
+        amqp_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--jobs", "200", "--scenarios", "drain",
+         "--targets", "postgres-lease,rabbitmq-quorum", "--no-charts", "--out", str(out)],
+        cwd=ROOT, env=cli_env(JOBQ_PG_DSN="postgresql://postgres@127.0.0.1:1/test"),
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "PostgreSQL at 127.0.0.1:1 does not answer" in done.stderr
+    assert "skipped postgres-lease (unreachable: postgres)" in done.stderr
+    rows = json.loads((out / "results.json").read_text())["summary"]
+    assert [(r["target"], r["status"], r["lost"]) for r in rows] == [("rabbitmq-quorum", "ok", 0)]
