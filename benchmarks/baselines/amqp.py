@@ -52,17 +52,23 @@ async def consume(args: argparse.Namespace) -> None:
                 break
 
 
-def main() -> None:
-    """``python -m benchmarks.baselines.amqp --url ... --queue ... --dir ...``."""
-    p = argparse.ArgumentParser(description=__doc__)
+def amqp_parser(description: str | None) -> argparse.ArgumentParser:
+    """The options every bare AMQP consumer of the benchmark takes."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--url", required=True)
     p.add_argument("--queue", required=True)
     p.add_argument("--dir", required=True, help="completion record directory")
     p.add_argument("--prefetch", type=int, default=100)
-    p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
     p.add_argument("--once", action="store_true", help="exit once the queue stays empty")
     p.add_argument("--idle", type=float, default=0.5, help="--once: seconds without a message")
     p.add_argument("--gate", default="", help="hold messages until this file exists")
+    return p
+
+
+def main() -> None:
+    """``python -m benchmarks.baselines.amqp --url ... --queue ... --dir ...``."""
+    p = amqp_parser(__doc__)
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="handler time (0: no-op)")
     asyncio.run(consume(p.parse_args()))
 
 

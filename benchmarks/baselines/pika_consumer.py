@@ -19,6 +19,7 @@ from typing import Any
 
 import pika  # type: ignore[import-untyped]
 
+from benchmarks.baselines.amqp import amqp_parser
 from benchmarks.processors import Recorder
 
 GATE_POLL = 0.002  # seconds between looks for the start gate's file
@@ -59,16 +60,7 @@ def consume(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """``python -m benchmarks.baselines.pika_consumer --url ... --queue ... --dir ...``."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--url", required=True)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--dir", required=True, help="completion record directory")
-    p.add_argument("--prefetch", type=int, default=100)
-    p.add_argument("--once", action="store_true", help="exit once the queue stays empty")
-    p.add_argument("--idle", type=float, default=0.5, help="--once: seconds without a message")
-    p.add_argument("--gate", default="", help="hold messages until this file exists")
-    consume(p.parse_args())
-
+    consume(amqp_parser(__doc__).parse_args())
 
 if __name__ == "__main__":
     main()
