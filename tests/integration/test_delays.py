@@ -2,7 +2,7 @@
 
 Each case runs the real consumer against the real server, on Postgres (lease and transaction
 claim modes) and RabbitMQ (quorum and classic queues), with delays the old RabbitMQ tiers
-overshot (2 s waited 5 s, 7 s waited 30 s, 31 s waited 300 s). A job must never run before
+overshot (2 s waited 5 s, 7 s waited 30 s). A job must never run before
 its due time, and at most max(1 s, 2% of its delay) after it.
 """
 
@@ -24,11 +24,11 @@ from tests.conftest import ROOT, cli_env, schema_env, stop_cli, wait_until
 from tests.contract.backends import Backend
 from tests.processors import due_runs
 
+# 7 s hops through the 5 s and 1 s tiers and is held for the rest, as longer delays hop
+# through the longer tiers (Topology.hop, unit-tested). Delays up to 40 s on every target
+# are measured by `python -m benchmarks.lateness`, outside the default run (a 31 s case here
+# cost half a minute of it).
 DELAYS = (0.3, 2.0, 7.0)
-# 31 s, the slowest case, is for the RabbitMQ tiers, which sent it to the 300 s one; the hops
-# (30 s, then 1 s, then held) are the same whatever the work queue's type, so it runs on
-# quorum only. Postgres never overshot a delay (run_at is exact). It keeps the default run short.
-LONG = {"quorum": (31.0,)}
 RETRIES = (2.0, 7.0)
 VARIANTS = ("lease", "transaction", "quorum", "classic")
 
@@ -69,7 +69,7 @@ def test_delays_run_at_and_retries_run_on_time(timed: Backend, tmp_path: Path) -
     try:
         time.sleep(1.0)  # consuming before the first job is due
         now = datetime.now(UTC)
-        delays = DELAYS + LONG.get(timed.env.get("JOBQ_RABBITMQ__QUEUE_TYPE", ""), ())
+        delays = DELAYS
         jobs = [(f"delay {d:g}s", NewJob(kind="timed", delay=d)) for d in delays]
         jobs += [("run_at past", NewJob(kind="timed", run_at=now - timedelta(minutes=5))),
                  ("run_at +3s", NewJob(kind="timed", run_at=now + timedelta(seconds=3)))]

@@ -8,6 +8,7 @@ ack before trying again, which an idle consumer never gets.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from jobq.config import ConnectConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError
 from jobq.job import Delivery, Job
 from jobq.transports.postgres.lease import PostgresTransport
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class FakeServer:
@@ -30,8 +33,9 @@ class FakeServer:
         if self.fail.get(name, 0) > 0:
             self.fail[name] -= 1
             raise ConnectionLost(f"postgres {name}: server closed the connection unexpectedly")
-        if name == "claim":
-            return [(i, "k", {}, {}, 1, 5, None) for i in range(1, params["limit"] + 1)]
+        if name in ("claim", "claim_after"):  # ..., isolate, run_at (the claim cursor's key)
+            return [(i, "k", {}, {}, 1, 5, None, False, EPOCH)
+                    for i in range(1, params["limit"] + 1)]
         if name == "heartbeat":  # every lease still held, as the server answers
             return list(zip(split_ids(params["ids"]), params["tokens"].split(","), strict=True))
         return []
