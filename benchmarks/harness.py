@@ -236,9 +236,11 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
         run.sampler.stop()
         for proc in run.consumers:
             proc.wait(10)
-        if case.storage and "before" in storage:
-            storage["after"] = space.storage()
-        space.drop()
+        try:
+            if case.storage and "before" in storage:
+                storage["after"] = space.storage()
+        finally:  # a million jobs must not stay on the shared servers
+            space.drop()
     run.check_exits()
     run.problems.extend(run.sampler.errors)
     result = evaluate(run, outcomes(run.records, case.jobs, case.warmup))

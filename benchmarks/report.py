@@ -107,7 +107,8 @@ def backlog_lines(rows: Sequence[Row]) -> list[str]:
             verdict = "meets" if ratio >= DEEP_GOAL and (raw is None or ratio > raw) else "**misses**"
             line += (f" (goal ≥ {DEEP_GOAL}x and above raw-psycopg's {_ratio(raw)} — {verdict})")
         out.append(line)
-        before, after = r["storage"].get("before", {}), r["storage"].get("after", {})
+        stored = r.get("storage", {})
+        before, after = stored.get("before", {}), stored.get("after", {})
         if "total_bytes" in before:
             out.append(
                 f"  - jobs table before / after: table {_size(before['table_bytes'])} / "

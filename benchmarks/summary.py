@@ -77,8 +77,9 @@ def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Ro
         "status": "failed" if any(r["status"] != "ok" for r in all_runs) else "ok",
         "problems": sorted({p for r in all_runs for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
-        **({"storage": _median_tp_run(group)["storage"],
-            "timeline": _median_tp_run(group)["timeline"]} if "storage" in group[0] else {}),
+        **({"storage": _median_tp_run(stored).get("storage", {}),
+            "timeline": _median_tp_run(stored).get("timeline", [])}
+           if (stored := [r for r in group if "storage" in r]) else {}),
     }
 
 

@@ -3,9 +3,11 @@
 Every step of a graceful stop has its own deadline (running jobs, releases, statements,
 publishes, closes: docs/architecture.md, *Faults*). The backstop is there for the step that
 does not keep its deadline (a library that swallows a cancel, a thread that never returns, a
-bug of ours): armed at the first SIGTERM, it runs on a thread of its own, so a blocked event
-loop cannot stop it, and when the bound passes it logs where every task and thread waits,
-then ends the process with ``os._exit`` (exit code 1). What the consumer held and had not
+bug of ours): armed at the first SIGTERM, it runs on a thread of its own, so an event loop
+that blocks after that cannot stop it (one already blocked when the signal comes does not
+take the signal at all, graceful stop included, until it is free again), and when the bound
+passes it logs where every task and thread waits, then ends the process with ``os._exit``
+(exit code 1). What the consumer held and had not
 settled comes back by itself (its lease expires, its channel closes).
 """
 
@@ -23,6 +25,7 @@ from jobq.pool import INTERRUPT_GRACE, RELEASE_TIMEOUT
 from jobq.stacks import render_stacks
 
 EXIT_OVERRAN = 1
+LOG_GRACE = 5.0  # seconds the stacks may take to be logged before the exit comes anyway
 CLOSING = 15.0  # closing the transport and its connections once the calls in flight are cut
 CANCEL_GRACE = 1.0  # a cut statement's cancel (postgres/connect.py); a publish's close
 
@@ -36,18 +39,25 @@ def network_deadline(settings: Settings) -> float:
     return 1.0
 
 
+def calls(settings: Settings, count: int) -> float:
+    """Seconds ``count`` calls to the server may take one after another, each cut at its
+    deadline (and given CANCEL_GRACE to let go)."""
+    return count * (network_deadline(settings) + CANCEL_GRACE)
+
+
 def closing_bound(settings: Settings) -> float:
     """Seconds the consumer may take to close once its pool has stopped: two calls in flight
     (the last ack flush, a copy or a statement a close cut) and the closes themselves."""
-    return 2 * (network_deadline(settings) + CANCEL_GRACE) + CLOSING
+    return calls(settings, 2) + CLOSING
 
 
 def shutdown_bound(settings: Settings) -> float:
-    """Seconds from SIGTERM to exit at most: running jobs get ``consumer.shutdown_timeout``
-    (a plain ``def`` handler's thread INTERRUPT_GRACE more), handing back the unstarted
-    RELEASE_TIMEOUT (at most the shutdown timeout), then ``closing_bound``."""
+    """Seconds from SIGTERM to exit at most: the receive in flight (a claim and the release
+    of what it took: two calls), running jobs ``consumer.shutdown_timeout`` (a plain ``def``
+    handler's thread INTERRUPT_GRACE more), handing back the unstarted RELEASE_TIMEOUT (at
+    most the shutdown timeout), then ``closing_bound``."""
     timeout = settings.consumer.shutdown_timeout
-    return (timeout + INTERRUPT_GRACE + min(RELEASE_TIMEOUT, timeout)
+    return (calls(settings, 2) + timeout + INTERRUPT_GRACE + min(RELEASE_TIMEOUT, timeout)
             + closing_bound(settings))
 
 
@@ -101,6 +111,11 @@ class Backstop:
                 return
             bound, loop = self._bound, self._loop
         assert loop is not None
+        # Logging takes the handlers' locks, which a wedged writer (a full stderr pipe) may
+        # hold for good: whatever happens to the log, the process ends LOG_GRACE later.
+        last = threading.Timer(LOG_GRACE, os._exit, (EXIT_OVERRAN,))
+        last.daemon = True
+        last.start()
         try:
             stacks = render_stacks(loop)
         except Exception as exc:  # read from another thread while the loop runs: best effort

@@ -147,12 +147,18 @@ class PostgresTransport:
         claim from the cursor that finds nothing is made again from the start at once."""
         after = self._cursor.start()
         token, rows = await self._claim_from(limit, after)
-        self._cursor.claimed(after, ((row[8], row[0]) for row in rows), limit)
+        self._moved(after, rows, limit)
         if rows or after is None:
             return token, rows
         token, rows = await self._claim_from(limit, None)
-        self._cursor.claimed(None, ((row[8], row[0]) for row in rows), limit)
+        self._moved(None, rows, limit)
         return token, rows
+
+    def _moved(self, after: Key | None, rows: list[Any], limit: int) -> None:
+        """Tell the cursor what a claim took; an isolated job claimed alone (the "lone" CTE)
+        says nothing of where the queue stands and leaves it as it was."""
+        if not (len(rows) == 1 and rows[0][7] is True):
+            self._cursor.claimed(after, ((row[8], row[0]) for row in rows), limit)
 
     async def _claim_from(self, limit: int, after: Key | None) -> tuple[str, list[Any]]:
         token = f"{self._worker}/{next(self._claims)}"

@@ -531,8 +531,8 @@ class RabbitTransport:
             # cannot say), wait for them another drain_timeout, and again, up to DRAIN_STALL.
             # Giving up after one more (as before) ended a --once drain of a 1,000,000-job
             # quorum queue with 690,257 jobs left, after a one-second lull in deliveries.
-            if timeout < self.drain_timeout:
-                return
+            if timeout != self.drain_timeout:
+                return  # only an idle --once pool asks "drained?" (pool._receive_timeout)
             ready = await self._ready_count(session)
             if not ready:
                 return
