@@ -9,12 +9,13 @@ command then exits non-zero naming what it skipped.
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
 
 import psycopg
-from psycopg import conninfo
 
 from benchmarks.spaces import Servers
+from jobq.transports.common import error_text
+from jobq.transports.postgres.connect import server_address as pg_address
+from jobq.transports.rabbitmq.connect import server_address as amqp_address
 
 TIMEOUT = 3.0  # seconds a server gets to answer the check
 COMPOSE = "docker compose -f compose/docker-compose.yml up -d"
@@ -26,28 +27,18 @@ HOW_TO_START = {
 }
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def postgres_problem(dsn: str) -> str | None:
     """Why PostgreSQL at ``dsn`` does not answer, or None."""
-    info = conninfo.conninfo_to_dict(dsn)
-    where = f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
     try:
         with psycopg.connect(dsn, connect_timeout=round(TIMEOUT), autocommit=True) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        return f"PostgreSQL at {where} does not answer ({_first_line(exc)})"
+        return f"PostgreSQL at {pg_address(dsn)} does not answer ({error_text(exc)})"
     return None
 
 
 def rabbitmq_problem(url: str) -> str | None:
     """Why RabbitMQ at ``url`` does not answer, or None."""
-    parts = urlsplit(url)
-    where = f"{parts.hostname or 'localhost'}:{parts.port or 5672}"
-
     async def connect() -> None:
         import aio_pika
 
@@ -57,7 +48,7 @@ def rabbitmq_problem(url: str) -> str | None:
     try:
         asyncio.run(connect())
     except Exception as exc:  # whatever the client raises: the check says it, the run goes on
-        return f"RabbitMQ at {where} does not answer ({_first_line(exc) or type(exc).__name__})"
+        return f"RabbitMQ at {amqp_address(url)} does not answer ({error_text(exc)})"
     return None
 
 
