@@ -166,16 +166,17 @@ class PostgresAdmin:
 
     async def pause_state(self) -> PauseState:
         """Whether the queue is paused and since when."""
-        rows = await self._queues("paused", needed=False)
+        rows = await self._queues("paused", needed=False, fetch=self._look)
         since = rows[0][0] if rows else None
         return PauseState(paused=since is not None, since=since)
 
-    async def _queues(self, name: str, *, needed: bool) -> Sequence[Sequence[Any]]:
-        """A statement on the queues table; a schema from before migration 7 has none: no rows
-        (never paused), or, where it is ``needed``, a ConfigError naming `jobq init`."""
+    async def _queues(self, name: str, *, needed: bool, fetch: Fetch | None = None
+                      ) -> Sequence[Sequence[Any]]:
+        """A statement on the queues table (through ``fetch``, default the operator's); a
+        schema from before migration 7 has none: no rows (never paused), or, where it is
+        ``needed``, a ConfigError naming `jobq init`."""
         try:
-            return await (self._look if name == "paused" else self._fetch)(
-                name, {"queue": self._queue})
+            return await (fetch or self._fetch)(name, {"queue": self._queue})
         except TransportError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
                 raise
