@@ -24,6 +24,7 @@ from benchmarks.measure import (
     count_entries,
     latency_summary,
     outcomes,
+    summarise,
     timeline,
 )
 from benchmarks.processors import read_records
@@ -243,10 +244,11 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
             space.drop()
     run.check_exits()
     run.problems.extend(run.sampler.errors)
-    result = evaluate(run, outcomes(run.records, case.jobs, case.warmup))
+    entries = list(read_records(run.records))  # read once: a backlog case holds 1,000,000
+    result = evaluate(run, summarise(entries, case.jobs, case.warmup))
     if case.storage:
         result["storage"] = storage
-        result["timeline"] = timeline([e.finished for e in read_records(run.records)], case.jobs)
+        result["timeline"] = timeline([e.finished for e in entries], case.jobs)
     result["wall_s"] = round(time.monotonic() - started, 3)
     result["settings"] = target.describe_settings(space, case.concurrency)
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from benchmarks.measure import median
@@ -77,21 +77,24 @@ def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Ro
         "status": "failed" if any(r["status"] != "ok" for r in all_runs) else "ok",
         "problems": sorted({p for r in all_runs for p in r["problems"]}),
         "notes": sorted({n for r in group for n in r.get("notes", [])}),
-        **({"storage": _median_tp_run(stored).get("storage", {}),
-            "timeline": _median_tp_run(stored).get("timeline", [])}
-           if (stored := [r for r in group if "storage" in r]) else {}),
+        **_deep_figures(group),
     }
 
 
-def _median_tp_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The repeat whose throughput is the median one."""
-    ranked = sorted(group, key=lambda r: r["throughput"])
-    return ranked[(len(ranked) - 1) // 2]
+def _deep_figures(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A backlog row's storage and timeline: those of its repeat of median throughput."""
+    stored = [r for r in group if "storage" in r]
+    if not stored:
+        return {}
+    run = _median_run(stored, key=lambda r: r["throughput"])
+    return {"storage": run["storage"], "timeline": run.get("timeline", [])}
 
 
-def _median_run(group: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The repeat whose p99 is the median one (its CDF is the one drawn)."""
-    ranked = sorted(group, key=lambda r: r["latency_ms"].get("p99", 0.0))
+def _median_run(group: Sequence[Mapping[str, Any]],
+                key: Callable[[Mapping[str, Any]], float] = lambda r: r["latency_ms"].get("p99", 0.0)
+                ) -> Mapping[str, Any]:
+    """The repeat whose ``key`` is the median one (default p99: its CDF is the one drawn)."""
+    ranked = sorted(group, key=key)
     return ranked[(len(ranked) - 1) // 2]
 
 
