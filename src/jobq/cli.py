@@ -215,6 +215,7 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
+    _jobs_parser(sub)
     prune = sub.add_parser(
         "prune", help="delete finished jobs older than their retention",
         description="Delete the queue's finished jobs that ended more than --older-than ago "
@@ -243,6 +244,46 @@ def admin_parser() -> argparse.ArgumentParser:
     return p
 
 
+JOBS_HELP = (
+    "Find and steer single jobs of the queue.\n\n"
+    "  show ID      one job: state, kind, payload, headers, attempts, last error, times\n"
+    "  list         jobs in --state (default pending), of --kind if given, at most --limit: "
+    "pending ones\n               in the order they will run, finished ones newest first\n"
+    "  cancel ID    a pending job never runs (cancelled at once); a running one is told to "
+    "stop within\n               about a second (its handler is cancelled at its next await) "
+    "and ends cancelled,\n               never retried. A plain-def handler runs on in its "
+    "thread; its job still ends cancelled\n"
+    "  retry ID     a dead job runs now with a fresh set of attempts; a delayed one (a delay, "
+    "a retry's\n               backoff) is due now, its attempts kept\n\n"
+    "PostgreSQL answers each of these from the jobs table, by id through its primary key.\n\n"
+    "RabbitMQ cannot look a message up by id without taking it from the queue, so jobq does "
+    "not read\nthe work queue: `show` and `retry` find dead jobs only (reading <queue>.dead, "
+    "one message at a\ntime, all put back: a cost in proportion to the dead letters), and "
+    "`list` lists dead jobs only.\nA pending, delayed or running job is not found, and "
+    "RabbitMQ keeps nothing of a finished one.\n`cancel` works on any job all the same: it "
+    "leaves a tombstone in <queue>.cancelled that every\nconsumer reads each second; a job it "
+    "names is settled as cancelled unrun when it is received,\nor stopped if it is running. A "
+    "tombstone lasts 7 days. Cancelling a dead job is refused (purge it).")
+
+
+def _jobs_parser(sub: Any) -> None:
+    from jobq.transport import JOB_STATES
+
+    jobs = sub.add_parser("jobs", help="show, list, cancel or retry single jobs",
+                          description=JOBS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="Exit codes: 0 done; 2 an unknown id, or a job in a state the "
+                                 "action does not apply to (nothing changed); 3 server unreachable.")
+    _common(jobs)
+    jobs.add_argument("action", choices=("show", "list", "cancel", "retry"))
+    jobs.add_argument("id", nargs="?", help="the job's id (show, cancel, retry; on RabbitMQ the "
+                                            "message_id)")
+    jobs.add_argument("--state", choices=JOB_STATES, default="pending",
+                      help="list: jobs in this state (default pending)")
+    jobs.add_argument("--kind", dest="job_kind", help="list: only jobs of this kind")
+    jobs.add_argument("--limit", type=int, default=100, help="list: at most this many (default 100)")
+    jobs.add_argument("--json", action="store_true")
+
+
 def _exit_quietly(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
 
@@ -269,12 +310,16 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, pause, resume, dead, prune, schedules."""
+    """``jobq``: init, stats, pause, resume, jobs, dead, prune, schedules."""
     args = admin_parser().parse_args(argv)
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):
         print("jobq: config error: --id: say which dead jobs: --id N, --kind K or --all",
               file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "jobs" and (args.action == "list") == (args.id is not None):
+        need = "takes no id (--state, --kind)" if args.action == "list" else "needs a job id"
+        print(f"jobq: config error: id: jobs {args.action} {need}", file=sys.stderr)
         return EXIT_CONFIG
     from jobq import commands
 

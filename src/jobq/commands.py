@@ -152,7 +152,8 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
                 stop_serving(server)
         forced = pool.forced
     summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
-               "released": stats.released, "settle_failures": stats.settle_failures,
+               "cancelled": stats.cancelled, "released": stats.released,
+               "settle_failures": stats.settle_failures,
                "jobs_per_second": round(stats.rate(), 1),
                "seconds": round(time.monotonic() - stats.started_at, 3),
                "shutdown_seconds": shutdown}
@@ -254,7 +255,7 @@ async def _prune(admin: Admin, settings: Settings, args: argparse.Namespace) -> 
 
 
 async def admin(settings: Settings, args: argparse.Namespace) -> int:
-    """``jobq init|stats|pause|resume|dead|prune|schedules``."""
+    """``jobq init|stats|pause|resume|jobs|dead|prune|schedules``."""
     if args.command == "schedules":
         return await list_schedules(settings, args.json)
     if args.command == "init" and args.print_sql:
@@ -277,6 +278,8 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
             else:
                 print(render_depth(depth, transport=settings.transport, queue=settings.queue))
                 print(render_state(paused))
+        elif args.command == "jobs":
+            await _jobs(admin, args)
         elif args.command in ("pause", "resume"):
             change = await (admin.pause() if args.command == "pause" else admin.resume())
             print(render_change(change, verb=args.command, queue=settings.queue,
@@ -291,6 +294,18 @@ async def admin(settings: Settings, args: argparse.Namespace) -> int:
             print(f"{verb} {len(done)} dead jobs" + (f": {', '.join(map(str, done))}"
                                                      if len(done) <= 20 else ""))
     return 0
+
+
+async def _jobs(admin: Admin, args: argparse.Namespace) -> None:
+    if args.action == "show":
+        _print(_fields(await admin.show_job(args.id)), args.json)
+    elif args.action == "list":
+        _print([_fields(row) for row in await admin.list_jobs(args.state, args.job_kind,
+                                                               args.limit)], args.json)
+    elif args.action == "cancel":
+        print(await admin.cancel_job(args.id))
+    else:
+        print(await admin.retry_job(args.id))
 
 
 def _fields(row: Any) -> dict[str, Any]:

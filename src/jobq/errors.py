@@ -113,6 +113,10 @@ class HandlerCancelled(Exception):
     """A handler raised CancelledError although jobq did not cancel it (retryable)."""
 
 
+class JobCancelled(Exception):
+    """An operator cancelled the job while it ran (``jobq jobs cancel``): settled as cancelled."""
+
+
 class WorkerDied(Exception):
     """The worker running a job ended unexpectedly before settling it (retryable)."""
 

@@ -62,3 +62,4 @@ class Outcome(enum.Enum):
     RETRY = "retried"
     DEAD = "dead"
     RELEASE = "released"
+    CANCELLED = "cancelled"

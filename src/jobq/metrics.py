@@ -44,6 +44,8 @@ TRANSPORT_COUNTERS = {
                                         "not sent."),
     "buried": ("jobq_buried", "Jobs dead-lettered unrun: every attempt's consumer died before "
                               "settling it."),
+    "cancelled_unrun": ("jobq_cancelled_unrun", "Jobs this consumer received with a tombstone "
+                                                "(jobq jobs cancel) and settled as cancelled, unrun."),
     "pruned_done": ("jobq_pruned_done_jobs", "Done jobs this consumer deleted past "
                                              "postgres.retention.done."),
     "pruned_dead": ("jobq_pruned_dead_jobs", "Dead jobs this consumer deleted past "
@@ -105,7 +107,8 @@ class Metrics:
         self._values = values = (transport, queue)
         # The per-job series (jobq_jobs, jobq_job_errors, jobq_job_duration_seconds,
         # jobq_job_latency_seconds, jobq_redeliveries): plain numbers, exported on scrape.
-        self._jobs = JobCounts(values, [o.value for o in (Outcome.ACK, Outcome.RETRY, Outcome.DEAD)],
+        self._jobs = JobCounts(values, [o.value for o in (Outcome.ACK, Outcome.RETRY, Outcome.DEAD,
+                                                    Outcome.CANCELLED)],
                                DURATION_BUCKETS, LATENCY_BUCKETS)
         r.register(self._jobs)
         self._in_flight = Gauge("jobq_in_flight", "Jobs received and not yet settled.", labels,

@@ -13,6 +13,7 @@ from typing import Protocol
 from jobq.backoff import Backoff, pause
 from jobq.errors import (
     HandlerCancelled,
+    JobCancelled,
     JobTimeout,
     MalformedJob,
     SettleRejected,
@@ -36,6 +37,7 @@ STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends 
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
 INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
+CANCEL_POLL = 1.0  # seconds between asks of which running jobs an operator cancelled
 
 
 class PoolObserver(Protocol):
@@ -54,6 +56,7 @@ class PoolStats:
     ok: int = 0
     retried: int = 0
     dead: int = 0
+    cancelled: int = 0  # by an operator while they ran (jobq jobs cancel)
     released: int = 0
     settle_failures: int = 0
     worker_deaths: int = 0
@@ -64,7 +67,7 @@ class PoolStats:
     @property
     def settled(self) -> int:
         """Jobs that ran (or were dead-lettered unrun) and were settled."""
-        return self.ok + self.retried + self.dead
+        return self.ok + self.retried + self.dead + self.cancelled
 
     def rate(self) -> float:
         """Settled jobs per second between the first receive and the last settle."""
@@ -126,6 +129,7 @@ class WorkerPool:
         # asyncio.timeout costs ~4 us, a tenth of a no-op job's budget).
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._expiring: set[int] = set()  # slots the watchdog has cancelled
+        self._withdrawing: set[int] = set()  # slots cancelled at an operator's request
         self._workers: list[asyncio.Task[None]] = []
         # slot -> the delivery its worker took and has not settled; the extra last entry is
         # the scratch slot of settles made outside a worker.
@@ -215,6 +219,7 @@ class WorkerPool:
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._stop.wait())
         watchdog = asyncio.create_task(self._watch())
+        cancels = asyncio.create_task(self._watch_cancels())
         pauses = asyncio.create_task(self._pause.run() if self._pause else asyncio.sleep(0))
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -236,10 +241,11 @@ class WorkerPool:
             self._closing = True
             stopper.cancel()
             watchdog.cancel()
+            cancels.cancel()
             pauses.cancel()
             for task in (*workers, fetcher):
                 task.cancel()
-            await asyncio.gather(*workers, fetcher, stopper, watchdog, pauses,
+            await asyncio.gather(*workers, fetcher, stopper, watchdog, cancels, pauses,
                                  return_exceptions=True)
             if self._threads is not None:
                 self._threads.shutdown()
@@ -468,10 +474,34 @@ class WorkerPool:
 
     def _expired(self, slot: int, task: asyncio.Task[object]) -> bool:
         """Whether the cancellation that reached ``slot`` was the watchdog's (and only that)."""
-        if slot not in self._expiring:
-            return False
-        self._expiring.discard(slot)
-        return task.uncancel() == 0
+        return _ours(self._expiring, slot, task)
+
+    def _withdrawn(self, slot: int, task: asyncio.Task[object]) -> bool:
+        """Whether the cancellation that reached ``slot`` was an operator's (and only that)."""
+        return _ours(self._withdrawing, slot, task)
+
+    async def _watch_cancels(self) -> None:
+        """About once a second while jobs run, ask the transport which of them an operator
+        cancelled, and cancel those handlers (settled as cancelled: ``_work``, ``_settle``)."""
+        while True:
+            await asyncio.sleep(CANCEL_POLL)
+            running = {slot: d for slot in list(self._started_at)
+                       if (d := self._holding[slot]) is not None}
+            if not running:
+                continue
+            try:
+                found = await self._transport.cancelled(list(running.values()))
+            except TransportError as exc:  # asked again next time
+                self._log.warning("could not ask which running jobs were cancelled (%s)",
+                                  describe(exc))
+                continue
+            for delivery in found:
+                for slot, held in running.items():
+                    if (held is delivery and self._holding[slot] is delivery
+                            and slot in self._started_at and slot not in self._expiring
+                            and slot not in self._withdrawing):
+                        self._withdrawing.add(slot)
+                        self._workers[slot].cancel()
 
     async def _work(self, slot: int) -> None:
         queue, handler, started_at, expiring = self._queue, self._handler, self._started_at, self._expiring
@@ -497,6 +527,9 @@ class WorkerPool:
                 except asyncio.CancelledError as exc:
                     if self._expired(slot, task):
                         error = self._timeout_error()
+                    elif self._withdrawn(slot, task):
+                        error = JobCancelled("cancelled by an operator (jobq jobs cancel) "
+                                             "while it ran")
                     elif task.cancelling():
                         raise  # ours: shutdown or a forced stop
                     else:  # the handler's own (it awaited something cancelled): its failure
@@ -509,6 +542,8 @@ class WorkerPool:
                     del started_at[slot]
                 if slot in expiring:  # cancelled, but the handler swallowed it
                     self._expired(slot, task)
+                if slot in self._withdrawing:  # likewise: it ran to its end, which stands
+                    self._withdrawn(slot, task)
             await self._settle(delivery, error, time.monotonic() - started, slot)
 
     def _timeout_error(self) -> BaseException:
@@ -528,7 +563,10 @@ class WorkerPool:
                     await self._transport.ack(delivery)
                 except SettleRejected as rejected:  # it failed after all: decided as a failure
                     error = rejected.cause
-            if error is not None:
+            if isinstance(error, JobCancelled):
+                outcome, reason = Outcome.CANCELLED, str(error)
+                await self._transport.cancel(delivery, reason)
+            elif error is not None:
                 decision = self._decide(error, job)
                 reason = decision.reason
                 if decision.retry:
@@ -586,6 +624,17 @@ class WorkerPool:
             stats.ok += 1
         elif outcome is Outcome.RETRY:
             stats.retried += 1
+        elif outcome is Outcome.CANCELLED:
+            stats.cancelled += 1
         else:
             stats.dead += 1
         stats.last_job_at = time.monotonic()
+
+
+def _ours(marks: set[int], slot: int, task: asyncio.Task[object]) -> bool:
+    """Whether the cancellation that reached ``slot`` was the one ``marks`` records (and only
+    that one: a shutdown's on top of it is not uncancelled)."""
+    if slot not in marks:
+        return False
+    marks.discard(slot)
+    return task.uncancel() == 0

@@ -61,6 +61,14 @@ class Transport(Protocol):
         asked has nothing to do.
         """
 
+    async def cancelled(self, running: Sequence[Delivery]) -> Sequence[Delivery]:
+        """Those of ``running`` (started, not settled) that an operator cancelled
+        (``jobq jobs cancel``). The pool asks about once a second while jobs run, cancels
+        those handlers at their next await and settles them with ``cancel``."""
+
+    async def cancel(self, delivery: Delivery, reason: str) -> None:
+        """Settle a job an operator cancelled: it ends as cancelled and never runs again."""
+
     @property
     def connected(self) -> bool:
         """False while the transport knows its connection to the server is down (/readyz)."""
@@ -160,6 +168,35 @@ class DeadJob:
     payload: Any  # parsed JSON, or the text cut short when it does not parse
 
 
+JOB_STATES = ("pending", "running", "dead", "done", "cancelled")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobInfo:
+    """One job as ``jobq jobs show`` and ``jobq jobs list`` give it, on either backend.
+
+    ``state`` is one of ``JOB_STATES``. Values the backend does not keep are None (RabbitMQ
+    knows a dead letter's headers, not when it was enqueued or which consumer ran it).
+    ``worker`` is the claim that holds a running job (Postgres ``locked_by``); ``cancel_requested``
+    says that ``jobq jobs cancel`` asked its consumer to stop it.
+    """
+
+    id: int | str | None
+    kind: str | None
+    state: str
+    payload: Any  # parsed JSON, or the text cut short when it does not parse
+    headers: Any = None
+    attempts: int | None = None
+    max_attempts: int | None = None
+    last_error: str | None = None
+    created_at: datetime | str | None = None
+    run_at: datetime | None = None
+    finished_at: datetime | str | None = None
+    worker: str | None = None
+    key: str | None = None
+    cancel_requested: bool = False
+
+
 class Admin(Protocol):
     """An operator's view of one queue: set-up, depth, pause, the dead letters and retention."""
 
@@ -200,3 +237,22 @@ class Admin(Protocol):
         """Delete the queue's jobs in ``state`` ("done" or "dead") that ended more than
         ``older_than`` seconds ago; how many. ConfigError (key ``--state``) for a state the
         backend keeps nothing of (RabbitMQ: done)."""
+
+    async def show_job(self, job_id: str) -> JobInfo:
+        """One job of the queue by id; ConfigError (key ``--id``) when the queue has none such."""
+
+    async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
+                        ) -> list[JobInfo]:
+        """Jobs of the queue in ``state`` (one of ``JOB_STATES``), of ``kind`` if given: pending
+        ones in the order they will run, finished ones newest first. ConfigError (key
+        ``--state``) for a state the backend cannot list (RabbitMQ: all but dead)."""
+
+    async def cancel_job(self, job_id: str) -> str:
+        """Cancel one job; one line saying what was done. A pending job never runs; a running one
+        is told to stop at its next await and settles as cancelled, never retried. ConfigError
+        (key ``--id``) for an unknown id or a job that already ended."""
+
+    async def retry_job(self, job_id: str) -> str:
+        """Run one dead or delayed job now; one line saying what was done. A dead one gets a fresh
+        set of attempts (as ``dead_requeue``); a delayed one keeps its attempts. ConfigError
+        (key ``--id``) for an unknown id or a job in another state."""

@@ -118,7 +118,7 @@ async def drop_topology(queue: str, tiers: tuple[float, ...] = DEFAULT_TIERS) ->
     connection = await aio_pika.connect(AMQP_URL)
     async with connection:
         channel = await connection.channel()
-        for name in (queue, f"{queue}.alone", f"{queue}.paused", f"{queue}.dead",
+        for name in (queue, f"{queue}.alone", f"{queue}.paused", f"{queue}.cancelled", f"{queue}.dead",
                      *(f"{queue}.retry.{t:g}" for t in set(tiers))):
             await channel.queue_delete(name)
         await channel.exchange_delete(f"{queue}.dlx")

@@ -29,6 +29,7 @@ class Entry:
     attempts: int = 0
     run_at: float = 0.0
     last_error: str | None = None
+    cancel_requested: bool = False  # set by a test, as `jobq jobs cancel` of a running job
     history: list[str] = field(default_factory=list)
 
 
@@ -116,6 +117,14 @@ class MemoryTransport:
     async def set_paused(self, paused: bool) -> None:
         """Nothing is pushed here: only recorded, for tests."""
         self.calls.append(("paused" if paused else "resumed", ""))
+
+    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
+        """Those of ``running`` whose entry has ``cancel_requested`` set."""
+        return [d for d in running if d.handle.cancel_requested]
+
+    async def cancel(self, delivery: Delivery, reason: str) -> None:
+        """Mark cancelled with the reason."""
+        self._settle(delivery, "cancelled", "cancel").last_error = reason
 
     async def release(self, delivery: Delivery) -> None:
         """Back to pending, attempt not counted."""

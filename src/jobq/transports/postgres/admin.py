@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -11,9 +11,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.errors import ConfigError, TransportError
-from jobq.transport import DeadJob, Depth, PauseState
+from jobq.transport import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
-from jobq.transports.postgres.connect import pooled, translated
+from jobq.transports.postgres.connect import Fetch, pooled, translated
+from jobq.transports.postgres.control import JobControl
 from jobq.transports.postgres.retention import Pruner
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
@@ -26,9 +27,6 @@ def render_migrations(schema: str) -> str:
     for m in migrations(schema):
         out.append(f"-- migration {m.version}: {m.title}\n{m.statement.as_string(None)}\n")
     return "\n".join(out)
-
-
-Fetch = Callable[[str, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 
 
 def pool_fetch(pool: Pool, queries: Queries, seconds: float | None = None) -> Fetch:
@@ -86,6 +84,25 @@ class PostgresAdmin:
         # statement on a dark link waits 5 + 5 s; seen as a shutdown 3 s over its bound).
         self._look = pool_fetch(pool, self._q, settings.network_deadline)
         self._queue = queue
+        self._control = JobControl(self._fetch, queue=queue, channel=self._q.channel,
+                                   requeue_dead=self.dead_requeue)
+
+    async def show_job(self, job_id: str) -> JobInfo:
+        """One job by id, in any state."""
+        return await self._control.show(job_id)
+
+    async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
+                        ) -> list[JobInfo]:
+        """Jobs in ``state``, of ``kind`` if given."""
+        return await self._control.list(state, kind, limit)
+
+    async def cancel_job(self, job_id: str) -> str:
+        """Cancel a pending job, or ask a running one's consumer to stop it."""
+        return await self._control.cancel(job_id)
+
+    async def retry_job(self, job_id: str) -> str:
+        """Run a dead or delayed job now."""
+        return await self._control.retry(job_id)
 
     async def init(self) -> str:
         """Create or upgrade the schema; one line naming the migrations applied now, if any."""

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -32,6 +32,8 @@ LINK_ERRORS: common.Errors = (psycopg.OperationalError, psycopg.InterfaceError, 
 # After a statement's deadline psycopg asks the server to cancel it and waits for the answer
 # (5 s + 5 s at most, its own constants); a dead link would answer neither, so after this
 # grace the wait is interrupted again and psycopg closes the connection.
+# Runs a named statement with its parameters and returns its rows (admin.pool_fetch).
+Fetch = Callable[[str, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 CANCEL_GRACE = 1.0
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -24,6 +24,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Delivery
 from jobq.transports.postgres.admin import require_schema
+from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.connect import consumer_id, pooled
 from jobq.transports.postgres.cursor import ClaimCursor, Key
 from jobq.transports.postgres.decode import row_to_delivery
@@ -36,7 +37,8 @@ from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 # What a lease-mode consumer does to its tables (docs/security.md); queues: the pause watch.
-NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT"}
+# cancels: operators' requests to stop a running job (`jobq jobs cancel`).
+NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"}
 
 
 class PostgresTransport:
@@ -206,6 +208,15 @@ class PostgresTransport:
 
     async def set_paused(self, paused: bool) -> None:
         """Nothing to do: a claim takes jobs only when the pool asks, and it does not while paused."""
+
+    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
+        """Those of ``running`` with a cancel request (`jobq jobs cancel`): one probe per job of
+        a table that is empty unless an operator just asked."""
+        return await cancel_requested(functools.partial(self._run, fetch=True), running)
+
+    async def cancel(self, delivery: Delivery, reason: str) -> None:
+        """Status cancelled, ``last_error`` = reason, the request deleted."""
+        await self._settle_one("cancel", delivery, {"reason": storable(reason)})
 
     async def release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken.

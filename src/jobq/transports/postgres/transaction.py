@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 import psycopg
@@ -34,6 +34,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
 from jobq.job import Delivery
 from jobq.transports.postgres.admin import pool_fetch, require_schema
+from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
@@ -47,7 +48,8 @@ from jobq.transports.postgres.text import storable
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT"}  # docs/security.md; queues: the pause watch
+# docs/security.md; queues: the pause watch; cancels: operators' requests (`jobq jobs cancel`)
+NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"}
 STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
@@ -78,6 +80,7 @@ class PgTransactionTransport:
         self._joined = Joined(queries, queue, max_attempts, self._limits)
         self._channel = queries.channel
         self._sql = {name: queries[name].as_bytes(None) for name in STATEMENTS}
+        self._look = pool_fetch(pool, queries, settings.network_deadline)  # cancels_held
         self._fail_sql = b"; ".join(queries[name].as_bytes(None)
                                     for name in ("txn_undo", "txn_fail", "txn_commit"))
         self._log = logger or logging.getLogger("jobq.postgres")
@@ -236,6 +239,15 @@ class PgTransactionTransport:
     async def set_paused(self, paused: bool) -> None:
         """Nothing to do: a pick takes jobs only when the pool asks, and it does not while paused."""
 
+    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
+        """Those of ``running`` with a cancel request (`jobq jobs cancel`), asked on a pool
+        connection of its own (each job's is busy with the job)."""
+        return await cancel_requested(self._look, running)
+
+    async def cancel(self, delivery: Delivery, reason: str) -> None:
+        """Roll the handler's writes back; status cancelled, the request deleted."""
+        await self._fail(delivery.handle, "cancelled", 0.0, reason)
+
     async def release(self, delivery: Delivery) -> None:
         """Roll back, unlocking the job for others at once; its attempt does not count."""
         async with self._settling(delivery.handle, "release"):
@@ -244,7 +256,7 @@ class PgTransactionTransport:
     async def _fail(self, claim: Claim, status: str, delay: float, reason: str) -> None:
         # Back to the savepoint taken with the claim: the handler's writes are undone, the
         # row stays locked while the failure is written, and all of it is one round trip.
-        async with self._settling(claim, "retry" if status == "pending" else "dead"):
+        async with self._settling(claim, {"pending": "retry"}.get(status, status)):
             params = {"id": claim.job_id, "status": status, "delay": delay, "reason": storable(reason)}
             if not claim.ended and claim.conn.info.transaction_status in OPEN:
                 try:

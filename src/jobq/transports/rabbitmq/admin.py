@@ -19,7 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
 from jobq.errors import ConfigError, TransportError
-from jobq.transport import DeadJob, Depth, PauseState
+from jobq.transport import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.codec import (
@@ -33,6 +33,7 @@ from jobq.transports.rabbitmq.codec import (
 )
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.pause import PauseFlag
+from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
 
 _DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
@@ -56,6 +57,12 @@ def dead_row(message: AbstractIncomingMessage) -> DeadJob:
         else as_text(finished),
         payload=shown_payload(message.body),
     )
+
+
+def _as_info(dead: DeadJob) -> JobInfo:
+    return JobInfo(id=dead.id, kind=dead.kind, state="dead", payload=dead.payload,
+                   attempts=dead.attempts, max_attempts=dead.max_attempts,
+                   last_error=dead.last_error, finished_at=dead.finished_at)
 
 
 def dead_at(message: AbstractIncomingMessage) -> datetime | None:
@@ -97,6 +104,7 @@ class RabbitAdmin:
         self._queue = queue
         self._topology = Topology.configured(settings, queue, max_pending)
         self._flag = PauseFlag(link, self._topology)
+        self._tombstones = Tombstones(link, self._topology)
 
     async def init(self) -> str:
         """Declare the topology (idempotent); return a one-line summary of it."""
@@ -119,7 +127,7 @@ class RabbitAdmin:
         counts = {t.alone: 0}
         async with self._channel(confirms=False) as channel:
             for name in t.queues():
-                if name not in (t.alone, t.paused):
+                if name not in (t.alone, t.paused, t.cancelled):
                     queue = await channel.declare_queue(name, passive=True)
                     counts[name] = int(queue.declaration_result.message_count or 0)
         # Last, on a channel of its own: a topology an older jobq declared has no <q>.alone
@@ -162,6 +170,65 @@ class RabbitAdmin:
             if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
                 return PauseState(paused=False)  # declared by an older jobq: never paused
             raise
+
+    async def show_job(self, job_id: str) -> JobInfo:
+        """A dead job by id (a read of ``<q>.dead``); ConfigError for any other: RabbitMQ cannot
+        find a pending or running message without taking it (docs/architecture.md)."""
+        dead = await self._dead_one(job_id)
+        if dead is not None:
+            return _as_info(dead)
+        cancelled = job_id in await self._tombstones.read()
+        raise ConfigError(
+            f"no dead job with id {job_id} in queue {self._queue!r}"
+            + ("; it has a tombstone (jobq jobs cancel): it will not run, or was stopped"
+               if cancelled else "")
+            + ". RabbitMQ cannot look a pending or running message up by id without taking it "
+            "from the queue, and keeps nothing of a finished one (`jobq jobs --help`)", key="--id")
+
+    async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
+                        ) -> list[JobInfo]:
+        """Dead jobs (``dead list``); ConfigError for another state, which RabbitMQ cannot list."""
+        if state not in JOB_STATES:
+            raise ConfigError(f"no job state {state!r}: one of {', '.join(JOB_STATES)}",
+                              key="--state")
+        if state != "dead":
+            raise ConfigError(
+                f"RabbitMQ cannot list {state} jobs: a queue's messages cannot be read without "
+                "taking them from its consumers (and it keeps nothing of finished ones); "
+                "`jobq stats` gives the counts, `--state dead` lists dead jobs", key="--state")
+        rows = [_as_info(row) for row in await self.dead_list(limit if kind is None else 10**9)]
+        return [row for row in rows if kind is None or row.kind == kind][:limit]
+
+    async def cancel_job(self, job_id: str) -> str:
+        """Leave a tombstone for the job; refused for a dead one (purge it instead)."""
+        if await self._dead_one(job_id) is not None:
+            raise ConfigError(f"job {job_id} is dead already: nothing to cancel; "
+                              "`jobq dead purge --id` deletes it", key="--id")
+        if job_id in await self._tombstones.read():
+            return f"job {job_id} has a tombstone already: nothing changed"
+        async with self._channel(confirms=True) as channel:
+            await self._tombstones.leave(channel, job_id)
+        return (f"tombstone left for job {job_id} in {self._topology.cancelled}: if it is waiting "
+                "it will not run (acked unrun when received); if it is running, its consumer "
+                "stops it within about a second and it ends cancelled, never retried. RabbitMQ "
+                "keeps nothing of finished jobs: if it had finished, nothing happens")
+
+    async def retry_job(self, job_id: str) -> str:
+        """A dead job back to the work queue with fresh attempts (``dead requeue``)."""
+        if await self._dead_one(job_id) is None:
+            raise ConfigError(
+                f"no dead job with id {job_id} in queue {self._queue!r}: on RabbitMQ only a "
+                "dead job can be retried now (a delayed one waits in a retry tier, which jobq "
+                "does not read: `jobq jobs --help`)", key="--id")
+        await self.dead_requeue(ids=[job_id])
+        return f"job {job_id} requeued: it was dead, it runs now with a fresh set of attempts"
+
+    async def _dead_one(self, job_id: str) -> DeadJob | None:
+        async with self._channel(confirms=False) as channel:
+            for message in await self._walk(channel):
+                if message.message_id == job_id:
+                    return dead_row(message)
+        return None
 
     async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs with their error, oldest first (they stay in the dead queue)."""

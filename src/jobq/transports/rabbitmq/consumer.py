@@ -28,6 +28,9 @@ reconnects with backoff, re-declares and consumes again.
 
 While the queue is paused (``set_paused``) the consumer is cancelled, as at shutdown, and
 what had arrived is released; a new session does not subscribe until the resume.
+
+A message whose id has a tombstone in ``<q>.cancelled`` (``jobq jobs cancel``, read each second:
+tombstones.py) is acked unrun; one running when its tombstone is read is cancelled by the pool.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -66,6 +69,7 @@ from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
 from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
+from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
 
 T = TypeVar("T")
@@ -77,6 +81,7 @@ ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be 
 SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
 DRAIN_STALL = 30.0  # --once: seconds a queue may hold ready messages that never come, then drained
 WATCH = 1.0  # the supervisor looks at the session's channels this often (see _until_lost)
+TOMBSTONE_POLL = 1.0  # seconds between looks at <q>.cancelled (tombstones.py)
 HOLD_MARGIN = 0.001  # a held message wakes this much after its due time (timers round to 1 ms)
 
 
@@ -116,6 +121,8 @@ class RabbitTransport:
         self._solos = 0  # runs alone since work from the work queue was last handed out
         self._copying: set[asyncio.Task[None]] = set()  # crash redeliveries being copied forward
         self._watcher: asyncio.Task[None] | None = None  # looks at <q>.alone (_watch_alone)
+        self._tombstones = Tombstones(link, self._topology)  # cancelled jobs' ids (jobq jobs cancel)
+        self._mourner: asyncio.Task[None] | None = None  # reads them (_watch_tombstones)
         self._waiter: asyncio.Future[None] | None = None  # a receive waiting for a delivery
         self._resumed = asyncio.Event()  # set while a session is consuming
         self._session: Session | None = None
@@ -129,6 +136,7 @@ class RabbitTransport:
         self._held_back = 0  # held originals left unacked at a close or loss (come back)
         self.stale = 0  # settles dropped because their session had ended
         self.reconnects = 0
+        self.cancelled_unrun = 0  # received with a tombstone: acked unrun
 
     @property
     def connected(self) -> bool:
@@ -142,7 +150,8 @@ class RabbitTransport:
 
     def counters(self) -> dict[str, int]:
         """Stale settles and reconnects (exported as metrics)."""
-        return {"stale": self.stale, "reconnects": self.reconnects}
+        return {"stale": self.stale, "reconnects": self.reconnects,
+                "cancelled_unrun": self.cancelled_unrun}
 
     async def open(self) -> None:
         """Declare the topology and start consuming; keep doing so across reconnects."""
@@ -154,13 +163,14 @@ class RabbitTransport:
                 self._log.warning("%s", warning)
         await self._start_session()
         self._supervisor = asyncio.create_task(self._supervise(), name="jobq-rmq-supervisor")
+        self._mourner = asyncio.create_task(self._watch_tombstones(), name="jobq-rmq-tombstones")
 
     async def close(self) -> None:
         """Stop consuming, hand back what never reached the pool, flush acks, close channels."""
         self._closing = True
         self._closed.set()
         self._let_go.set()
-        for task in (self._supervisor, self._watcher):
+        for task in (self._supervisor, self._watcher, self._mourner):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -345,6 +355,37 @@ class RabbitTransport:
             if not (session.alive and session.tracker.waiting):
                 return
             await asyncio.sleep(self._cfg.ack_interval)
+
+    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
+        """Those of ``running`` whose id has a tombstone (as last read: no round trip)."""
+        tombstones = self._tombstones
+        return [d for d in running if d.job.id in tombstones] if tombstones.ids else []
+
+    async def cancel(self, delivery: Delivery, reason: str) -> None:
+        """Ack: the job is gone from the queue (its tombstone stays until it expires)."""
+        await self.ack(delivery)
+
+    async def _watch_tombstones(self) -> None:
+        """Read ``<q>.cancelled`` again whenever its count changes, looking each second."""
+        failing = False
+        while True:
+            await asyncio.sleep(TOMBSTONE_POLL)
+            try:
+                await self._tombstones.refresh()
+                failing = False
+            except TransportError as exc:  # a lost link: the supervisor reconnects
+                if not failing:
+                    self._log.warning("could not read the tombstones of cancelled jobs (%s); "
+                                      "trying again each second", describe(exc))
+                failing = True
+
+    async def _cancelled_unrun(self, delivery: Delivery) -> None:
+        handle: Handle = delivery.handle
+        self.cancelled_unrun += 1
+        self._log.info("job %s cancelled (jobq jobs cancel): received with a tombstone, "
+                       "acked unrun", delivery.job.id)
+        if handle.session.alive:
+            handle.session.complete(handle.tag)
 
     async def ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
@@ -626,6 +667,9 @@ class RabbitTransport:
         delivery = self._delivery(session, message)
         if delivery.malformed is None:
             job, props = delivery.job, message.header.properties
+            if self._tombstones.ids and job.id in self._tombstones:
+                self._spawn(self._cancelled_unrun(delivery))
+                return
             deliver: Any = message.delivery
             redelivered: bool = deliver.redelivered
             # _early inlined: this runs for every message, and most carry no due time.
@@ -735,6 +779,8 @@ class RabbitTransport:
             with contextlib.suppress(Exception):
                 await consume.close()
             raise
+        with contextlib.suppress(TransportError):  # read each second after this too
+            await self._tombstones.read()  # before the first delivery
         session = Session(link.generation, consume, raw, publish, sender,
                           ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 2), logger=self._log)

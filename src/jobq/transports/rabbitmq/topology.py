@@ -7,6 +7,7 @@
     <q>.retry.<delay>  (classic, x-message-ttl) --x-dead-letter--> <exchange> --<q>--> <q>
     <q>.alone          crash copies, taken one at a time to run alone (see rmq alone)
     <q>.paused         (classic, at most one message) holds a message while the queue is paused
+    <q>.cancelled      (classic, x-message-ttl 7 days) a tombstone per cancelled job (tombstones.py)
 
 Delayed jobs and retries wait in per-delay tier queues rather than with a per-message TTL,
 because an expired message only leaves a queue from its head: one long TTL would hold back every
@@ -50,6 +51,7 @@ _INEQUIVALENT = re.compile(
 HOP_SLACK = 0.01
 MAX_SLACK = 0.25
 # At-least-once dead-lettering (quorum queues, RabbitMQ 3.10+) needs reject-publish overflow.
+TOMBSTONE_TTL = 7 * 86400.0  # seconds a cancelled job's tombstone is kept (jobq jobs --help)
 AT_LEAST_ONCE = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
 # Which setting decides each argument jobq declares, and what to change to match.
@@ -112,9 +114,14 @@ class Topology:
         """The pause flag: one message in it while the queue is paused (``jobq pause``)."""
         return f"{self.queue}.paused"
 
+    @property
+    def cancelled(self) -> str:
+        """Tombstones of cancelled jobs (``jobq jobs cancel``), one message per job: tombstones.py."""
+        return f"{self.queue}.cancelled"
+
     def queues(self) -> tuple[str, ...]:
         """Every queue serving this jobq queue (for tools that count or delete them all)."""
-        return (self.queue, self.alone, self.paused, self.dead,
+        return (self.queue, self.alone, self.paused, self.cancelled, self.dead,
                 *(self.tier_name(d) for d in self.tiers))
 
     def tier_name(self, delay: float) -> str:
@@ -175,6 +182,12 @@ class Topology:
         """
         return {"x-queue-type": "classic", "x-max-length": 1}
 
+    def cancelled_arguments(self) -> dict[str, Any]:
+        """Arguments of the tombstones' queue: classic (every consumer walks it with basic.get
+        and puts it all back, which a quorum queue would count against a delivery limit), each
+        tombstone kept for TOMBSTONE_TTL."""
+        return {"x-queue-type": "classic", "x-message-ttl": round(TOMBSTONE_TTL * 1000)}
+
     def tier_arguments(self, delay: float) -> dict[str, Any]:
         """Arguments of a retry tier: expire after ``delay`` and go back to the work queue,
         at least once (a quorum queue, whatever the work queue's type: see the module notes)."""
@@ -196,6 +209,8 @@ class Topology:
             await work.bind(exchange, routing_key=self.queue)
             await channel.declare_queue(self.alone, durable=True, arguments=self.alone_arguments())
             await self.declare_paused(channel)
+            await channel.declare_queue(self.cancelled, durable=True,
+                                        arguments=self.cancelled_arguments())
             dead = await channel.declare_queue(self.dead, durable=True,
                                                arguments=self.dead_arguments())
             await dead.bind(dlx, routing_key="")

@@ -38,6 +38,7 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
         "queues": sql.Identifier(schema, "queues"),
         "attempts": sql.Identifier(schema, "attempts"),
         "schedules": sql.Identifier(schema, "schedules"),
+        "cancels": sql.Identifier(schema, "cancels"),
         "notify_fn": sql.Identifier(schema, "notify_jobs"),
         "running_idx": sql.Identifier(schema, "jobs_running_idx"),
     }

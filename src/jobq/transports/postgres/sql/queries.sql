@@ -90,8 +90,14 @@ RETURNING j.id, j.locked_by;
 -- name: retry
 -- Back to pending, not eligible before run_at; the attempt was counted at claim. Only by the
 -- claim that holds the job (token: see ack). An isolated job stays isolated until it ends.
+-- A job an operator asked to cancel (migration 10) that failed before its consumer saw the
+-- request ends cancelled instead: never retried. The request stays for `jobq jobs cancel` to
+-- clear (cancels_stale).
 UPDATE {jobs}
-   SET status = 'pending',
+   SET status = CASE WHEN EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
+                     THEN 'cancelled' ELSE 'pending' END,
+       finished_at = CASE WHEN EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
+                          THEN now() END,
        run_at = now() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
        locked_until = NULL,
@@ -146,7 +152,8 @@ RETURNING j.id, j.locked_by;
 -- flushed). Once its attempts are used up it is dead. So a job that kills its process every
 -- time runs once in its batch and then max_attempts times alone, and its batch-mates spend no
 -- attempt on it. locked_by is "<consumer>/<claim number>" (see claim); a token of another form
--- counts as a consumer with no claim number.
+-- counts as a consumer with no claim number. A job an operator asked to cancel (migration 10)
+-- ends cancelled instead of running again.
 WITH expired AS (
     SELECT id, locked_by, isolate
       FROM {jobs}
@@ -168,16 +175,22 @@ verdict AS (
            coalesce(h.n, 1) = 1
            OR coalesce(e.isolate
                        AND substring(e.locked_by FROM '/([0-9]+)$')::bigint = h.latest, false)
-           AS own
+           AS own,
+           EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = e.id) AS cancelled
       FROM expired AS e
       LEFT JOIN held AS h ON h.consumer = split_part(e.locked_by, '/', 1)
 )
 UPDATE {jobs} AS j
-   SET status = CASE WHEN v.own AND j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-       finished_at = CASE WHEN v.own AND j.attempts >= j.max_attempts THEN now() END,
+   SET status = CASE WHEN v.cancelled THEN 'cancelled'
+                     WHEN v.own AND j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
+       finished_at = CASE WHEN v.cancelled OR (v.own AND j.attempts >= j.max_attempts)
+                          THEN now() END,
        attempts = CASE WHEN v.own THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
        isolate = true,
        last_error = CASE
+           WHEN v.cancelled THEN
+               'cancelled by an operator (jobq jobs cancel); its lease expired (consumer '
+               || v.consumer || ' died or stalled) before it stopped'
            WHEN v.own AND j.attempts >= j.max_attempts THEN
                'lease expired on attempt ' || j.attempts || ' of ' || j.max_attempts
                || ': the job killed or stalled its consumer on each of its attempts run alone'
@@ -282,12 +295,24 @@ ROLLBACK TO SAVEPOINT jobq_job;
 -- attempt was counted by txn_pick). The row never left this transaction's lock, so no other
 -- claim could take the job between the failure and this record of it. clock_timestamp(), not
 -- now(): now() is when the transaction, and so the job, began; the delay runs from the failure.
-UPDATE {jobs}
-   SET status = %(status)s::text,
+-- Status 'cancelled' (the operator's request, cancels_held, seen by the consumer) deletes the
+-- request with it; a retry of a job whose cancel was requested meanwhile ends cancelled too
+-- (see retry).
+WITH request AS (
+    DELETE FROM {cancels} WHERE job_id = %(id)s AND %(status)s::text = 'cancelled'
+),
+final AS (
+    SELECT CASE WHEN %(status)s::text = 'pending'
+                     AND EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
+                THEN 'cancelled' ELSE %(status)s::text END AS status
+)
+UPDATE {jobs} AS j
+   SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
-       finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
- WHERE id = %(id)s;
+       finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
+  FROM final
+ WHERE j.id = %(id)s;
 
 -- name: txn_commit
 COMMIT;
@@ -300,15 +325,25 @@ COMMIT;
 -- this consumer (locked_by) for this attempt (attempts; a pick since has counted another), in
 -- one of %(states)s: 'pending' where the job's transaction rolled back, 'done' too where the
 -- handler may have committed it, for failed work must not stay done. A COMMIT that failed
--- with the link lost may have gone through: that row is done, and stays done.
-UPDATE {jobs}
-   SET status = %(status)s::text,
+-- with the link lost may have gone through: that row is done, and stays done. A cancel as
+-- in txn_fail.
+WITH request AS (
+    DELETE FROM {cancels} WHERE job_id = %(id)s AND %(status)s::text = 'cancelled'
+),
+final AS (
+    SELECT CASE WHEN %(status)s::text = 'pending'
+                     AND EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
+                THEN 'cancelled' ELSE %(status)s::text END AS status
+)
+UPDATE {jobs} AS j
+   SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
        locked_until = NULL,
-       finished_at = CASE WHEN %(status)s::text = 'dead' THEN clock_timestamp() END
- WHERE id = %(id)s AND locked_by = %(worker)s AND attempts = %(attempt)s
-   AND status = ANY(%(states)s::text[]);
+       finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
+  FROM final
+ WHERE j.id = %(id)s AND j.locked_by = %(worker)s AND j.attempts = %(attempt)s
+   AND j.status = ANY(%(states)s::text[]);
 
 -- name: txn_bury
 -- In the transaction of a take whose pick found every attempt already used by consumers
@@ -553,3 +588,143 @@ UPDATE {schedules} SET last_tick = %(tick)s WHERE queue = %(queue)s AND name = %
 -- name: schedule_list
 -- `jobq schedules`: the last tick each schedule fired on this queue.
 SELECT name, last_tick FROM {schedules} WHERE queue = %(queue)s;
+
+-- Job control (`jobq jobs`, admin.py; docs/architecture.md, "Job control"). A job's state as
+-- the commands show it is its status, except in transaction mode, where a running job's row
+-- stays pending to everyone but its own transaction, which holds the row locked: a pending row
+-- some consumer picked (locked_by) that a FOR SHARE SKIP LOCKED probe cannot lock is running.
+-- The probe takes no lock it keeps (the statement's own transaction ends at once), and a claim
+-- that meets it waits for nothing (SKIP LOCKED) but may pass the row over for that instant.
+
+-- name: job_show
+SELECT j.id, j.kind,
+       CASE WHEN j.status = 'pending' AND j.locked_by IS NOT NULL
+                 AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id FOR SHARE SKIP LOCKED)
+            THEN 'running' ELSE j.status END,
+       j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+       j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
+       EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+  FROM {jobs} AS j
+ WHERE j.queue = %(queue)s AND j.id = %(id)s;
+
+-- name: jobs_pending
+-- `jobq jobs list --state pending`: in the order they will be handed out (jobs_pending_idx),
+-- delayed ones after the due ones. In transaction mode the running ones are skipped (see above).
+SELECT * FROM (
+    SELECT j.id, j.kind,
+           CASE WHEN j.locked_by IS NOT NULL
+                     AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id FOR SHARE SKIP LOCKED)
+                THEN 'running' ELSE j.status END AS state,
+           j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+           j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
+           EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+      FROM {jobs} AS j
+     WHERE j.queue = %(queue)s AND j.status = 'pending'
+       AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+     ORDER BY j.run_at, j.id
+) AS listed
+ WHERE state = 'pending'
+ LIMIT %(limit)s;
+
+-- name: jobs_running
+-- Lease mode's running rows (jobs_running_queue_idx), then transaction mode's: pending rows a
+-- consumer picked whose row a transaction holds (see above), read in hand-out order
+-- (jobs_pending_idx) until %(limit)s are found: running ones are among the first due.
+SELECT * FROM (
+    (SELECT j.id, j.kind, 'running' AS state,
+            j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+            j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
+            EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+       FROM {jobs} AS j
+      WHERE j.queue = %(queue)s AND j.status = 'running'
+        AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+      LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.id, j.kind, 'running',
+            j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+            j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
+            EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+       FROM {jobs} AS j
+      WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.run_at <= now()
+        AND j.locked_by IS NOT NULL
+        AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+        AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id FOR SHARE SKIP LOCKED)
+      ORDER BY j.run_at, j.id
+      LIMIT %(limit)s)
+) AS listed
+ ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: jobs_finished
+-- `jobq jobs list --state dead|done|cancelled`: newest first, by id (the primary key, read
+-- backwards; each state's rows are a share of the queue's, so the walk stops after about
+-- %(limit)s of them times that share's inverse).
+SELECT j.id, j.kind, j.status, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
+       j.last_error, j.created_at, j.run_at, j.finished_at, j.locked_by, j.key, false
+  FROM {jobs} AS j
+ WHERE j.queue = %(queue)s AND j.status = %(status)s::text
+   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: cancel_pending
+-- `jobq jobs cancel` of a job that is not running: cancelled in place, and no claim takes it.
+-- SKIP LOCKED passes over a row a transaction holds (a transaction-mode job running now, or a
+-- claim this instant), which then gets a request (cancel_request) instead. A transaction-mode
+-- pick that counted the job's start but has not taken it yet finds it gone and moves on.
+WITH target AS (
+    SELECT id FROM {jobs}
+     WHERE queue = %(queue)s AND id = %(id)s AND status = 'pending'
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+   SET status = 'cancelled', finished_at = now(), locked_until = NULL,
+       last_error = 'cancelled by an operator (jobq jobs cancel) before it ran'
+  FROM target
+ WHERE j.id = target.id
+RETURNING j.id;
+
+-- name: cancel_request
+-- A job running now: the request its consumer finds within about a second (cancels_held).
+-- Nothing is inserted for a job that ended meanwhile (or was asked already: RETURNING tells).
+INSERT INTO {cancels} (job_id, queue)
+SELECT id, queue FROM {jobs}
+ WHERE queue = %(queue)s AND id = %(id)s AND status IN ('pending', 'running')
+    ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id;
+
+-- name: cancels_stale
+-- Requests whose job ended without seeing them (it finished first, or was deleted): cleared by
+-- each `jobq jobs cancel` of the queue. The table holds a few rows at most.
+DELETE FROM {cancels} AS c
+ WHERE c.queue = %(queue)s
+   AND NOT EXISTS (SELECT FROM {jobs} AS j
+                    WHERE j.id = c.job_id AND j.status IN ('pending', 'running'))
+RETURNING c.job_id;
+
+-- name: cancels_held
+-- Each consumer, about once a second while it runs jobs: which of them an operator cancelled.
+-- Primary-key probes of a table that is empty unless someone just ran `jobq jobs cancel`.
+SELECT job_id FROM {cancels} WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: cancel
+-- Lease mode: a running job its consumer stopped at the operator's request (cancels_held):
+-- cancelled for good, the request deleted. Only by the claim that holds it (token: see ack).
+WITH request AS (
+    DELETE FROM {cancels} WHERE job_id = %(id)s
+)
+UPDATE {jobs}
+   SET status = 'cancelled', last_error = %(reason)s, finished_at = now(),
+       locked_until = NULL, locked_by = NULL
+ WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
+RETURNING id;
+
+-- name: run_now
+-- `jobq jobs retry` of a pending job that is not due yet (a delay, or a retry's backoff): due
+-- now, its attempts as they are, and the queue's consumers woken.
+WITH moved AS (
+    UPDATE {jobs} SET run_at = now()
+     WHERE queue = %(queue)s AND id = %(id)s AND status = 'pending' AND run_at > now()
+    RETURNING id, queue
+)
+SELECT id, pg_notify(%(channel)s, queue) FROM moved;

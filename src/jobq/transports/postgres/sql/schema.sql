@@ -141,3 +141,22 @@ CREATE TABLE IF NOT EXISTS {schedules} (
     last_tick timestamptz NOT NULL,
     PRIMARY KEY (queue, name)
 );
+
+-- migration: 10 job control: cancelled jobs
+-- `jobq jobs cancel` (admin.py; docs/architecture.md, "Job control"). A job that is not running
+-- is cancelled in place: status 'cancelled', finished_at set, and no claim takes it again. A
+-- running one cannot be written by the command (in transaction mode its own transaction holds
+-- its row), so the request waits in {cancels}: each consumer asks about once a second whether
+-- a job it runs is there (queries.sql: cancels_held), cancels that handler and settles the job
+-- as cancelled, deleting the request in the same statement. The CHECK is replaced NOT VALID:
+-- the new one only widens the old one, which every row passes, so no row is read. Adding it
+-- takes the table's lock for an instant. Cancelled rows are not pruned by postgres.retention
+-- (its index holds done and dead rows); they are an operator's few.
+ALTER TABLE {jobs} DROP CONSTRAINT IF EXISTS jobs_status_check;
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_status_check
+    CHECK (status IN ('pending', 'running', 'done', 'dead', 'cancelled')) NOT VALID;
+CREATE TABLE IF NOT EXISTS {cancels} (
+    job_id       bigint      PRIMARY KEY,
+    queue        text        NOT NULL,
+    requested_at timestamptz NOT NULL DEFAULT now()
+);

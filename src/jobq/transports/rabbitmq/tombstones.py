@@ -1,0 +1,93 @@
+"""``<q>.cancelled``: the tombstones of cancelled jobs on RabbitMQ (``jobq jobs cancel``).
+
+A message cannot be found in a queue by id without taking it, so ``jobq jobs cancel`` does not
+look for the job: it publishes a tombstone (persistent, confirmed, its message_id the job's id)
+to ``<q>.cancelled``, where it stays TOMBSTONE_TTL. Every consumer reads that queue: a passive
+declare each second (the ready count), and when the count differs from what its last read
+found, a read of the whole queue with basic.get, every message put back when the channel
+closes (a classic queue keeps them in their places). A job a consumer receives whose id has a
+tombstone is acked unrun, as cancelled; one it is running is cancelled by the pool
+(``Transport.cancelled``). Readers hold the tombstones unacked for a moment, so another
+reader's look may find fewer: a consumer forgets none it read, and reads again when the count
+it sees next is not what it found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from datetime import UTC, datetime
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel
+
+from jobq.errors import TransportError
+from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology
+
+
+class Tombstones:
+    """The ids of one queue's cancelled jobs, as last read from ``<q>.cancelled``."""
+
+    def __init__(self, link: RabbitLink, topology: Topology) -> None:
+        self._link = link
+        self._topology = topology
+        self._probe: AbstractChannel | None = None  # the passive declares, one channel for all
+        self._found = 0  # tombstones the last read found
+        self.ids: dict[str, float] = {}  # job id -> when this process first read its tombstone
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.ids
+
+    async def leave(self, channel: AbstractChannel, job_id: str) -> None:
+        """Publish a tombstone for ``job_id`` on ``channel`` (a confirming one)."""
+        await channel.default_exchange.publish(
+            aio_pika.Message(b"", message_id=job_id, timestamp=datetime.now(UTC),
+                             delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=self._topology.cancelled, mandatory=True)
+
+    async def refresh(self) -> None:
+        """Look at the ready count; read the tombstones again if it is not what was found."""
+        count = await self._count()
+        if count != self._found:
+            await self.read()
+
+    async def read(self) -> set[str]:
+        """Read every tombstone (put back after), remember their ids; the ids read."""
+        ids: set[str] = set()
+        channel = await self._link.channel(confirms=False)
+        try:
+            with translated("rabbitmq tombstones"):
+                queue = await channel.declare_queue(self._topology.cancelled, passive=True)
+                while (message := await queue.get(no_ack=False, fail=False)) is not None:
+                    if message.message_id:
+                        ids.add(message.message_id)
+        except TransportError as exc:
+            if not isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                raise  # no <q>.cancelled (a topology of an older jobq): no tombstones
+        finally:
+            if not channel.is_closed:
+                with contextlib.suppress(Exception):
+                    await channel.close()  # every tombstone goes back
+        now = time.monotonic()
+        self._found = len(ids)
+        for job_id in ids:
+            self.ids.setdefault(job_id, now)
+        for job_id, seen in list(self.ids.items()):  # expired in the queue by now
+            if now - seen > TOMBSTONE_TTL:
+                del self.ids[job_id]
+        return ids
+
+    async def _count(self) -> int:
+        channel = self._probe
+        if channel is None or channel.is_closed:
+            channel = self._probe = await self._link.channel(confirms=False)
+        try:
+            with translated("rabbitmq tombstones"):
+                queue = await channel.declare_queue(self._topology.cancelled, passive=True)
+        except TransportError as exc:
+            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+                return 0  # the broker closed the channel: the next look opens another
+            raise
+        return int(queue.declaration_result.message_count or 0)
