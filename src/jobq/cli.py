@@ -216,6 +216,23 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
     _jobs_parser(sub)
+    relay = sub.add_parser(
+        "relay", help="publish a PostgreSQL queue's jobs to RabbitMQ (transactional enqueue)",
+        description="Publish the jobs of a PostgreSQL queue to the RabbitMQ queue of the same "
+                    "name, until SIGTERM: enqueue on PostgreSQL inside your own transaction "
+                    "(connection=...), and a job reaches RabbitMQ if and only if that "
+                    "transaction committed. Each batch is one transaction: taken in hand-out "
+                    "order, published with confirms under its PostgreSQL id, then marked done. "
+                    "At least once: a relay killed mid-batch publishes that batch again (the "
+                    "same message_ids), never loses one. Several relays may run at once: one "
+                    "takes a queue's batch at a time, so jobs arrive in order. Reads postgres.* "
+                    "and rabbitmq.* of the config (give the broker with JOBQ_RABBITMQ__URL or a "
+                    "rabbitmq: section); run no PostgreSQL consumer on the queue. Delayed jobs "
+                    "are relayed at once and wait in RabbitMQ for the rest of their delay.")
+    _common(relay)
+    relay.add_argument("--batch", type=int, default=500, help="jobs per transaction (default 500)")
+    relay.add_argument("--once", action="store_true",
+                       help="relay what is pending now, then exit")
     prune = sub.add_parser(
         "prune", help="delete finished jobs older than their retention",
         description="Delete the queue's finished jobs that ended more than --older-than ago "
@@ -323,6 +340,11 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     from jobq import commands
 
+    if args.command == "relay":
+        if args.batch < 1:
+            print("jobq: config error: --batch: at least 1", file=sys.stderr)
+            return EXIT_CONFIG
+        return _run(lambda s: commands.relay(s, args), args)
     return _run(lambda s: commands.admin(s, args), args)
 
 

@@ -28,6 +28,7 @@ from jobq.container import (
     get_ticks,
     get_transport,
     get_worker_pool,
+    relaying,
     schema_sql,
 )
 from jobq.durations import format_duration
@@ -161,6 +162,19 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
     if stats_json:
         await asyncio.to_thread(Path(stats_json).write_text, json.dumps(summary), encoding="utf-8")
     return 130 if forced else 0
+
+
+async def relay(settings: Settings, args: argparse.Namespace) -> int:
+    """``jobq relay``: the PostgreSQL queue's jobs to RabbitMQ until SIGTERM (or drained)."""
+    async with wired(settings) as container, relaying(container, args.batch) as relay:
+        stop = asyncio.Event()
+        log.info("relaying queue %r from PostgreSQL to RabbitMQ (batches of %d%s)",
+                 settings.queue, args.batch, ", until drained" if args.once else "")
+        with signals_to(stop.set):
+            stats = await relay.run(stop, once=args.once)
+    log.info("relay stopped: relayed=%d batches=%d failed_batches=%d jobs_per_second=%.1f",
+             stats.relayed, stats.batches, stats.failures, stats.rate())
+    return 0
 
 
 def _payload(index: int, size: int, sent_at: float | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ every implementation against the Protocol those functions promise.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
@@ -22,11 +23,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from dependency_injector import containers, providers
 
+from jobq.backoff import Backoff
 from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics
 from jobq.pausing import PauseWatch
 from jobq.pool import WorkerPool
+from jobq.relay import Outbox, Relay
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 from jobq.schedules import Ticks
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from jobq.transports.memory import MemoryPublisher, MemoryTransport
     from jobq.transports.postgres.admin import PostgresAdmin
     from jobq.transports.postgres.lease import PostgresTransport
+    from jobq.transports.postgres.outbox import PostgresOutbox
     from jobq.transports.postgres.publisher import PostgresPublisher
     from jobq.transports.postgres.ticks import PostgresTicks
     from jobq.transports.postgres.transaction import PgTransactionTransport
@@ -232,6 +236,17 @@ class Container(containers.DeclarativeContainer):
                 max_attempts=cfg.retry.max_attempts, limits=cfg.limits)),
     )
 
+    # `jobq relay`: the PostgreSQL queue as an outbox, published to RabbitMQ, whatever
+    # `transport` says (both backends in one process: the one command that has them).
+    pg_outbox = providers.Singleton(
+        lazy("jobq.transports.postgres.outbox:PostgresOutbox"), pool=pg_pool,
+        settings=cfg.postgres, connect=cfg.connect, queue=cfg.queue,
+        logger=providers.Callable(logging.getLogger, "jobq.relay"))
+    relay_publisher = providers.Singleton(
+        lazy("jobq.transports.rabbitmq.publisher:RabbitPublisher"), link=rmq_link,
+        settings=cfg.rabbitmq, queue=cfg.queue, max_attempts=cfg.retry.max_attempts,
+        limits=cfg.limits)
+
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
     policy = providers.Singleton(
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
@@ -316,6 +331,28 @@ async def get_ticks(container: Container) -> Ticks:
     return ticks
 
 
+@contextlib.asynccontextmanager
+async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
+    """A relay from the PostgreSQL queue to RabbitMQ, both opened (grants checked, topology
+    declared), closed on the way out."""
+    await resolve(container.pg_pool())
+    await resolve(container.rmq_link())
+    outbox: PostgresOutbox = await resolve(container.pg_outbox())
+    publisher: RabbitPublisher = await resolve(container.relay_publisher())
+    await outbox.open()
+    try:
+        await publisher.open()
+        try:
+            settings: Settings = container.settings()
+            yield Relay(outbox, publisher.publish_as, batch=batch,
+                        backoff=Backoff.from_connect(settings.connect),
+                        logger=logging.getLogger("jobq.relay"))
+        finally:
+            await publisher.close()
+    finally:
+        await outbox.close()
+
+
 def schema_sql(settings: Settings) -> str:
     """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
     if settings.transport != "postgres":
@@ -336,11 +373,11 @@ if TYPE_CHECKING:
     def _conforming(lease: PostgresTransport, transaction: PgTransactionTransport,
                     rabbit: RabbitTransport, memory: MemoryTransport, pg_publisher: PostgresPublisher,
                     rabbit_publisher: RabbitPublisher, memory_publisher: MemoryPublisher,
-                    pg_admin: PostgresAdmin, rabbit_admin: RabbitAdmin
-                    ) -> tuple[list[Transport], list[Publisher], list[Admin]]:
+                    pg_admin: PostgresAdmin, rabbit_admin: RabbitAdmin, outbox: PostgresOutbox
+                    ) -> tuple[list[Transport], list[Publisher], list[Admin], Outbox]:
         """Never called: mypy checks here that each implementation conforms to its Protocol."""
         return ([lease, transaction, rabbit, memory], [pg_publisher, rabbit_publisher, memory_publisher],
-                [pg_admin, rabbit_admin])
+                [pg_admin, rabbit_admin], outbox)
 
     def _ticking(pg_ticks: PostgresTicks, rabbit_ticks: RabbitTicks) -> list[Ticks]:
         """Never called: mypy checks that both records of ticks conform to Ticks."""

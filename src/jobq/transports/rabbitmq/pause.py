@@ -18,12 +18,11 @@ import json
 from datetime import UTC, datetime
 
 import aio_pika
-import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
-from jobq.errors import TransportError
 from jobq.transport import PauseState
-from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.connect import RabbitLink
+from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import Topology
 
 RECHECK = 0.25  # a reader holds the message for one round trip; this is well past it
@@ -49,7 +48,7 @@ class PauseFlag:
     def __init__(self, link: RabbitLink, topology: Topology) -> None:
         self._link = link
         self._topology = topology
-        self._probe: AbstractChannel | None = None  # the consumers' looks, one channel for all
+        self._count = ReadyCount(link, topology.paused, "rabbitmq pause flag")  # consumers' looks
         self._seen = False  # the last look found it paused
 
     async def pause(self, channel: AbstractChannel) -> PauseState:
@@ -105,17 +104,3 @@ class PauseFlag:
             flag = await self._topology.declare_paused(channel)
         return flag
 
-    async def _count(self) -> int:
-        """Ready messages in ``<q>.paused``; 0 if it does not exist (a topology of an older jobq,
-        or a resume between its delete and declare)."""
-        channel = self._probe
-        if channel is None or channel.is_closed:
-            channel = self._probe = await self._link.channel(confirms=False)
-        try:
-            with translated("rabbitmq pause flag"):
-                flag = await channel.declare_queue(self._topology.paused, passive=True)
-        except TransportError as exc:
-            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
-                return 0  # the broker closed the channel: the next look opens another
-            raise
-        return _ready(flag)

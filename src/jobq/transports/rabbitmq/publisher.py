@@ -105,9 +105,16 @@ class RabbitPublisher:
             raise ConfigError("unique keys (NewJob.key) need the PostgreSQL backend: a RabbitMQ "
                               "queue cannot tell whether a job with that key is still waiting; "
                               "nothing was enqueued", key="transport")
+        return await self.publish_as([new_job_id() for _ in jobs], jobs, queue=queue,
+                                     timeout=timeout)
+
+    async def publish_as(self, ids: Sequence[str], jobs: Sequence[NewJob], *,
+                         queue: str | None = None, timeout: float | None = None) -> list[str]:
+        """``enqueue_many`` with the ids given (``jobq relay``: each job keeps its PostgreSQL
+        id, so a job relayed twice arrives twice under the same message_id)."""
         queue = queue or self._queue
-        messages = [encode_job(job, job_id=new_job_id(), max_attempts=self._max_attempts,
-                               limits=self._limits) for job in jobs]
+        messages = [encode_job(job, job_id=job_id, max_attempts=self._max_attempts,
+                               limits=self._limits) for job_id, job in zip(ids, jobs, strict=True)]
         ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()

@@ -24,6 +24,7 @@ from aio_pika.abc import AbstractChannel
 
 from jobq.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology
 
 
@@ -33,7 +34,7 @@ class Tombstones:
     def __init__(self, link: RabbitLink, topology: Topology) -> None:
         self._link = link
         self._topology = topology
-        self._probe: AbstractChannel | None = None  # the passive declares, one channel for all
+        self._count = ReadyCount(link, topology.cancelled, "rabbitmq tombstones")
         self._found = 0  # tombstones the last read found
         self.ids: dict[str, float] = {}  # job id -> when this process first read its tombstone
 
@@ -78,16 +79,3 @@ class Tombstones:
             if now - seen > TOMBSTONE_TTL:
                 del self.ids[job_id]
         return ids
-
-    async def _count(self) -> int:
-        channel = self._probe
-        if channel is None or channel.is_closed:
-            channel = self._probe = await self._link.channel(confirms=False)
-        try:
-            with translated("rabbitmq tombstones"):
-                queue = await channel.declare_queue(self._topology.cancelled, passive=True)
-        except TransportError as exc:
-            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
-                return 0  # the broker closed the channel: the next look opens another
-            raise
-        return int(queue.declaration_result.message_count or 0)

@@ -728,3 +728,29 @@ WITH moved AS (
     RETURNING id, queue
 )
 SELECT id, pg_notify(%(channel)s, queue) FROM moved;
+
+-- `jobq relay` (relay.py, transports/postgres/outbox.py): a queue's pending jobs published to
+-- RabbitMQ in one transaction per batch: lock, take, publish (confirmed), mark, COMMIT.
+
+-- name: relay_lock
+-- One relay at a time per schema and queue, for one batch's transaction: the batches of several
+-- relays follow each other, each published and confirmed before the next is taken, so jobs
+-- reach RabbitMQ in the order they are taken. Tried, never waited for.
+SELECT pg_try_advisory_xact_lock(hashtext('jobq relay'), hashtext(%(key)s));
+
+-- name: relay_take
+-- The queue's pending jobs in hand-out order (jobs_pending_idx), delayed ones too (they go on
+-- waiting in RabbitMQ for what is left of their delay), locked until the batch commits.
+SELECT id, kind, payload::text, headers::text, max_attempts, run_at
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'pending'
+ ORDER BY run_at, id
+ LIMIT %(limit)s
+   FOR UPDATE;
+
+-- name: relay_done
+-- In the batch's transaction, after RabbitMQ confirmed every job of it: done here, its
+-- outcome RabbitMQ's. Retention prunes these rows as any done ones.
+UPDATE {jobs}
+   SET status = 'done', finished_at = now(), locked_by = 'relayed to RabbitMQ'
+ WHERE id = ANY(%(ids)s::bigint[]);
