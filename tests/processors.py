@@ -287,3 +287,13 @@ def runs(directory: str | Path) -> list[tuple[str, str, float]]:
     whole = (parts for parts in (line.split() for line in lines(directory, "runs"))
              if len(parts) == 3)  # a line being written is skipped until it is whole
     return [(event, job_id, float(at)) for event, job_id, at in whole]
+
+
+def kinds(directory: str) -> Any:
+    """Append each job's kind to ``directory/<pid>.log``, in the order the jobs ran."""
+    out = appending(directory, "log")
+
+    async def handle(job: Job) -> None:
+        out.write(f"{job.kind}\n")
+
+    return handle

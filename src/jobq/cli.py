@@ -175,6 +175,9 @@ def producer_parser() -> argparse.ArgumentParser:
     due.add_argument("--run-at", type=_run_at, metavar="TIME",
                      help="when the jobs are due: an ISO 8601 time with its offset, e.g. "
                           "2026-12-24T18:00:00+01:00 or ...Z (a time in the past: now)")
+    p.add_argument("--priority", type=int, default=0, choices=range(10), metavar="0-9",
+                   help="the jobs' priority: a due job of a higher one runs first (default 0; "
+                        "RabbitMQ: a classic queue with rabbitmq.max_priority)")
     p.add_argument("--stamp", action="store_true",
                    help="put the send time (epoch seconds) in each payload as sent_at")
     return p

@@ -191,7 +191,7 @@ async def produce(settings: Settings, args: argparse.Namespace) -> int:
         stamp = time.time() if args.stamp else None  # the moment these jobs are handed over
         return [NewJob(kind=args.kind, payload=_payload(first + i, args.payload_size, stamp),
                        max_attempts=args.max_attempts, delay=args.delay,
-                       run_at=args.run_at) for i in range(size)]
+                       run_at=args.run_at, priority=args.priority) for i in range(size)]
 
     lag = ""
     async with wired(settings) as container:

@@ -179,6 +179,9 @@ class RabbitConfig:
     # the broker dead-letters it by itself, the last guard behind jobq's own attempt count.
     # Fixed per queue, not derived from retry.max_attempts, which jobs may each override.
     delivery_limit: int = 20  # 0: no limit
+    # NewJob.priority on RabbitMQ: the work queue's x-max-priority, classic queues only (quorum
+    # queues on 3.10 have none). 0: no priorities, and a job with one is refused at enqueue.
+    max_priority: int = 0
     ack_interval: float = 0.01
     # Every basic.publish (the producer's, the consumer's copies) waits this long for its
     # confirm, then fails: a broker that blocks publishing (a resource alarm) or a dark link.
@@ -281,6 +284,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.default_kind": (lambda v: len(v) <= 200 and "\x00" not in v,
                               "a kind: at most 200 characters, no NUL (empty: plain messages are malformed)"),
     "rabbitmq.delivery_limit": (lambda v: v >= 0, ">= 0 (0: no limit)"),
+    "rabbitmq.max_priority": (lambda v: 0 <= v <= 9, "from 0 (no priorities) to 9"),
     "rabbitmq.ack_interval": (lambda v: v > 0, "> 0"),
     "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
@@ -505,6 +509,11 @@ def load_settings(
         raise ConfigError(f"must be shorter than postgres.lease ({pg.lease:g}s), got "
                           f"{pg.network_timeout:g}: a heartbeat that waits longer than the lease "
                           "lets every job's lease expire", key="postgres.network_timeout",
+                          source=source)
+    if settings.rabbitmq.max_priority and settings.rabbitmq.queue_type != "classic":
+        raise ConfigError("priorities need a classic work queue (rabbitmq.queue_type: classic): "
+                          "quorum queues have no x-max-priority on RabbitMQ 3.10; or keep "
+                          "prioritised jobs on PostgreSQL", key="rabbitmq.max_priority",
                           source=source)
     if settings.rabbitmq.ca_file and not settings.rabbitmq.url.startswith("amqps://"):
         raise ConfigError("a CA file is only used with TLS: the url must be amqps://",

@@ -84,6 +84,16 @@ def key_problem(key: object) -> str | None:
     return None
 
 
+MAX_PRIORITY = 9  # NewJob.priority: 0 (default) to this
+
+
+def priority_problem(priority: object) -> str | None:
+    """Why ``priority`` cannot be a job's priority (None: it can)."""
+    if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+        return f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}"
+    return None
+
+
 def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) -> tuple[str, str]:
     """``job``'s payload and headers as JSON text, checked against ``limits``.
 
@@ -92,7 +102,8 @@ def encode_new_job(job: NewJob, limits: LimitsConfig, *, compact: bool = False) 
     Raises MalformedJob (bad kind, key, delay or run_at, payload not a JSON object, headers not
     string to string, not serialisable) or JobTooLarge, each naming the problem.
     """
-    problem = kind_problem(job.kind) or key_problem(job.key) or due_problem(job)
+    problem = (kind_problem(job.kind) or key_problem(job.key) or due_problem(job)
+               or (priority_problem(job.priority) if job.priority else None))
     if problem:
         raise MalformedJob(problem)
     if not isinstance(job.payload, Mapping):

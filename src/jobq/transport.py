@@ -87,6 +87,10 @@ class NewJob:
     ``key``: while a job with this key is pending or running in its queue, an enqueue with it
     inserts nothing and returns that job's id (PostgreSQL; the RabbitMQ publisher refuses a
     keyed job, see docs/architecture.md, "Unique keys").
+
+    ``priority``: 0 (the default) to 9; a due job of a higher priority is handed out before
+    any of a lower one (PostgreSQL; RabbitMQ classic queues with ``rabbitmq.max_priority``:
+    docs/architecture.md, "Priorities").
     """
 
     kind: str
@@ -96,6 +100,7 @@ class NewJob:
     headers: Mapping[str, str] = field(default_factory=dict)
     key: str | None = None
     run_at: datetime | None = None
+    priority: int = 0
 
 
 class Publisher(Protocol):

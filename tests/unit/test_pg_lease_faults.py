@@ -33,8 +33,8 @@ class FakeServer:
         if self.fail.get(name, 0) > 0:
             self.fail[name] -= 1
             raise ConnectionLost(f"postgres {name}: server closed the connection unexpectedly")
-        if name in ("claim", "claim_after"):  # ..., isolate, run_at (the claim cursor's key)
-            return [(i, "k", {}, {}, 1, 5, None, False, EPOCH)
+        if name in ("claim", "claim_after"):  # ..., isolate, run_at (the cursor's key), priority
+            return [(i, "k", {}, {}, 1, 5, None, False, EPOCH, 0)
                     for i in range(1, params["limit"] + 1)]
         if name == "heartbeat":  # every lease still held, as the server answers
             return list(zip(split_ids(params["ids"]), params["tokens"].split(","), strict=True))

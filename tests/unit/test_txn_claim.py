@@ -73,8 +73,9 @@ def test_a_sweep_moves_past_every_job_handed_out() -> None:
     sweep = Sweep(until=start, now=0.0)
     assert sweep.cursor == (FIRST, 0) and sweep.params("q")["until"] == start
     later, earlier = start - timedelta(seconds=1), start - timedelta(seconds=5)
-    sweep.passed((7, "k", {}, {}, 0, 5, None, later))
-    sweep.passed((9, "k", {}, {}, 0, 5, None, earlier))  # a claim that started earlier ends late
+    sweep.passed((7, "k", {}, {}, 0, 5, None, 0, later))
+    sweep.passed((9, "k", {}, {}, 0, 5, None, 0, earlier))  # a claim that started earlier ends late
+    sweep.passed((11, "k", {}, {}, 0, 5, None, 3, start))  # a priority job: from the start
     assert sweep.cursor == (later, 7)
     params = sweep.params("q")
     assert (params["after_run_at"], params["after_id"], params["queue"]) == (later, 7, "q")

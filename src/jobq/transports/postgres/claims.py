@@ -45,7 +45,7 @@ TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"), (b"%(until)s", b"$3"))
 # Seconds a picked job is passed over by other picks, waiting for its take (one round trip
 # later): a take later than that (an event loop blocked as long) may find it picked again.
 GRACE = 2.0
-PICKED = -2  # txn_pick's row: the job's locked_until as the pick set it (the take's token)
+PICKED = 7  # txn_pick's row: the job's locked_until as the pick set it (the take's token)
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 
@@ -189,5 +189,8 @@ class Sweep:
         return self._until_literal
 
     def passed(self, row: Row) -> None:
-        """A pick took the job of ``row`` (txn_pick's: run_at last, id first)."""
-        self.cursor = max(self.cursor, (row[-1], int(row[0])))
+        """A pick took the job of ``row`` (txn_pick's: id first, priority and run_at last).
+        A job with a priority came from the start of the queue, not past the cursor: it
+        leaves the cursor where it was."""
+        if not row[-2]:
+            self.cursor = max(self.cursor, (row[-1], int(row[0])))

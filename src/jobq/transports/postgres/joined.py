@@ -58,6 +58,7 @@ def columns(jobs: Sequence[NewJob], limits: LimitsConfig, max_attempts: int) -> 
         "max_attempts": [job.max_attempts or max_attempts for job in jobs],
         "delays": [wait_of(job, now) for job in jobs],
         "keys": [job.key for job in jobs],
+        "priorities": [job.priority for job in jobs],
     }
 
 

@@ -158,9 +158,11 @@ class PostgresTransport:
 
     def _moved(self, after: Key | None, rows: list[Any], limit: int) -> None:
         """Tell the cursor what a claim took; an isolated job claimed alone (the "lone" CTE)
-        says nothing of where the queue stands and leaves it as it was."""
-        if not (len(rows) == 1 and rows[0][7] is True):
-            self._cursor.claimed(after, ((row[8], row[0]) for row in rows), limit)
+        or jobs with a priority (the "urgent" CTE, taken from the start whatever the cursor)
+        say nothing of where the queue stands and leave it as it was."""
+        if rows and (rows[0][9] or (len(rows) == 1 and rows[0][7] is True)):
+            return
+        self._cursor.claimed(after, ((row[8], row[0]) for row in rows), limit)
 
     async def _claim_from(self, limit: int, after: Key | None) -> tuple[str, list[Any]]:
         token = f"{self._worker}/{next(self._claims)}"

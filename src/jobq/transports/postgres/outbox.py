@@ -90,6 +90,6 @@ class PostgresOutbox:
 
 
 def _job(row: Sequence[Any]) -> NewJob:
-    _, kind, payload, headers, max_attempts, run_at = row
+    _, kind, payload, headers, max_attempts, run_at, priority = row
     return NewJob(kind=kind, payload=json.loads(payload), headers=json.loads(headers),
-                  max_attempts=max_attempts, run_at=run_at)
+                  max_attempts=max_attempts, run_at=run_at, priority=priority)

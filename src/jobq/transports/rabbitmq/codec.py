@@ -76,11 +76,12 @@ Outgoing = tuple[bytes, Basic.Properties]
 
 
 def properties(headers: dict[str, Any], *, message_id: str | None, kind: str | None,
-               timestamp: datetime | None, content_type: str | None = None) -> Basic.Properties:
+               timestamp: datetime | None, content_type: str | None = None,
+               priority: int | None = None) -> Basic.Properties:
     """The AMQP properties of every message jobq publishes: persistent, JSON unless told otherwise."""
     return Basic.Properties(content_type=content_type or CONTENT_TYPE, delivery_mode=PERSISTENT,
                             headers=headers, message_id=message_id, timestamp=timestamp,
-                            message_type=kind)
+                            message_type=kind, priority=priority)
 
 
 def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
@@ -97,7 +98,8 @@ def encode_job(job: NewJob, *, job_id: str, max_attempts: int,
     wait = wait_of(job, now)
     if wait > 0:
         headers[DUE] = due_ms(stamp + wait)
-    return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now)
+    return payload.encode(), properties(headers, message_id=job_id, kind=job.kind, timestamp=now,
+                                        priority=job.priority or None)
 
 
 def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
@@ -137,9 +139,11 @@ def republish(body: bytes, props: Basic.Properties, headers: Mapping[str, Any],
     stamp = props.timestamp if type(props.timestamp) is datetime else None
     # A foreign message without an id or kind: the copy carries the ones it was given (identity).
     job_id, kind = identity or (None, None)
+    # A retry, a release or a crash copy keeps the job's priority (NewJob.priority).
+    priority = props.priority if type(props.priority) is int else None
     return body, properties(kept, message_id=_text(props.message_id) or job_id,
                             kind=_text(props.message_type) or kind, timestamp=stamp,
-                            content_type=_text(props.content_type))
+                            content_type=_text(props.content_type), priority=priority)
 
 
 def _text(value: Any) -> str | None:

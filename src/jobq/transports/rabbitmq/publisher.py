@@ -113,6 +113,11 @@ class RabbitPublisher:
         """``enqueue_many`` with the ids given (``jobq relay``: each job keeps its PostgreSQL
         id, so a job relayed twice arrives twice under the same message_id)."""
         queue = queue or self._queue
+        if not self._cfg.max_priority and any(job.priority for job in jobs):
+            raise ConfigError("a job with a priority (NewJob.priority) needs a queue with "
+                              "priorities: set rabbitmq.max_priority (1-9) with a classic work "
+                              "queue, and declare it anew (an existing queue keeps its "
+                              "arguments); nothing was enqueued", key="rabbitmq.max_priority")
         messages = [encode_job(job, job_id=job_id, max_attempts=self._max_attempts,
                                limits=self._limits) for job_id, job in zip(ids, jobs, strict=True)]
         ids = [str(props.message_id) for _, props in messages]

@@ -63,6 +63,7 @@ _KEYS = {
     "x-dead-letter-routing-key": "queue",
     "x-max-length": "limits.max_pending",
     "x-overflow": "limits.max_pending",
+    "x-max-priority": "rabbitmq.max_priority",
     "x-dead-letter-strategy": "rabbitmq.queue_type",
     "type": "rabbitmq.exchange",
 }
@@ -79,20 +80,23 @@ class Topology:
     delivery_limit: int = 0  # quorum only; 0: none
     max_pending: int = 0  # ready messages the work queue takes; 0: no limit
     dead_type: str = "classic"  # see dead_arguments
+    max_priority: int = 0  # classic only: the work queue's x-max-priority; 0: none
 
     @classmethod
     def build(cls, *, exchange: str, queue: str, queue_type: str, tiers: Sequence[float],
-              delivery_limit: int, max_pending: int = 0, dead_type: str = "classic") -> Topology:
+              delivery_limit: int, max_pending: int = 0, dead_type: str = "classic",
+              max_priority: int = 0) -> Topology:
         """A topology with the tiers sorted and de-duplicated."""
         return cls(exchange, queue, queue_type, tuple(sorted(set(tiers))), delivery_limit,
-                   max_pending, dead_type)
+                   max_pending, dead_type, max_priority)
 
     @classmethod
     def configured(cls, settings: RabbitConfig, queue: str, max_pending: int = 0) -> Topology:
         """The topology of ``queue`` as ``settings`` (and ``limits.max_pending``) describe it."""
         return cls.build(exchange=settings.exchange, queue=queue, queue_type=settings.queue_type,
                          tiers=settings.retry_tiers, delivery_limit=settings.delivery_limit,
-                         max_pending=max_pending, dead_type=settings.dead_queue_type)
+                         max_pending=max_pending, dead_type=settings.dead_queue_type,
+                         max_priority=settings.max_priority)
 
     @property
     def dlx(self) -> str:
@@ -149,6 +153,8 @@ class Topology:
         if self.max_pending > 0:
             args["x-max-length"] = self.max_pending
             args["x-overflow"] = "reject-publish"
+        if self.max_priority > 0:
+            args["x-max-priority"] = self.max_priority
         return args
 
     def alone_arguments(self) -> dict[str, Any]:

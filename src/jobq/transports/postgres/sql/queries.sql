@@ -8,7 +8,10 @@
 -- only that one: the pool runs an isolated delivery with nothing else in flight, so a crash
 -- during it is the job's own. It walks jobs_isolated_idx, which is empty unless consumers
 -- crashed, so in a run without crashes it costs one empty index probe, no second round trip.
--- CTE "batch" runs only when "lone" found nothing: it walks jobs_pending_idx in hand-out order
+-- CTE "urgent" runs only when "lone" found nothing: the due jobs with a priority (migration 11),
+-- highest first, through jobs_priority_idx, empty in a queue that uses none (one empty index
+-- probe). A claim that takes some takes only those: the pool asks again for the rest.
+-- CTE "batch" runs only when neither found anything: it walks jobs_pending_idx in hand-out order
 -- (claim_after, the same statement, starts the walk past the consumer's last claimed job:
 -- postgres/cursor.py),
 -- leaves the isolated jobs to "lone", and skips rows another consumer is claiming right now
@@ -35,17 +38,28 @@ lone AS (
      LIMIT 1
        FOR UPDATE SKIP LOCKED
 ),
+urgent AS (
+    SELECT id
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending' AND priority > 0 AND NOT isolate
+       AND run_at <= now() AND NOT EXISTS (SELECT FROM lone)
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+),
 batch AS (
     SELECT id
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND NOT isolate AND run_at <= now()
-       AND NOT EXISTS (SELECT FROM lone) {after}
+       AND NOT EXISTS (SELECT FROM lone) AND NOT EXISTS (SELECT FROM urgent) {after}
      ORDER BY run_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
     SELECT id FROM lone
+    UNION ALL
+    SELECT id FROM urgent
     UNION ALL
     SELECT id FROM batch
 )
@@ -57,7 +71,7 @@ UPDATE {jobs} AS j
   FROM picked, async_commit
  WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at,
-          j.isolate, j.run_at;
+          j.isolate, j.run_at, j.priority;
 
 -- name: next_due
 -- Seconds until the queue's next pending job is due (NULL when none is), asked by a consumer
@@ -232,28 +246,48 @@ RETURNING j.id, j.status;
 -- FOR NO KEY UPDATE does not block foreign keys that point at the job. Asynchronous commit
 -- (as claim's): only a server crash can undo it, and that frees the jobs anyway.
 -- RETURNING locked_until: the take matches it, so only this pick's take can take the job.
+-- CTE "urgent" first takes the due jobs with a priority (migration 11, jobs_priority_idx:
+-- empty in a queue that uses none), highest first, from the start whatever the cursor: a pick
+-- that takes some takes only those, and they do not move the cursor (claims.Sweep: the
+-- priority each row returns says where it came from).
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
+urgent AS (
+    SELECT id, run_at, priority
+      FROM {jobs}
+     WHERE queue = %(queue)s AND status = 'pending' AND priority > 0
+       AND run_at <= coalesce(%(until)s, now())
+       AND (locked_until IS NULL OR locked_until <= now())
+     ORDER BY priority DESC, run_at, id
+     LIMIT %(limit)s
+       FOR NO KEY UPDATE SKIP LOCKED
+),
 next AS (
-    SELECT id, run_at
+    SELECT id, run_at, 0 AS priority
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending'
        AND (run_at, id) > (%(after_run_at)s, %(after_id)s)
        AND run_at <= coalesce(%(until)s, now())
        AND (locked_until IS NULL OR locked_until <= now())
+       AND NOT EXISTS (SELECT FROM urgent)
      ORDER BY run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT * FROM urgent
+    UNION ALL
+    SELECT * FROM next
 )
 UPDATE {jobs} AS j
    SET attempts = j.attempts + 1,
        locked_until = now() + make_interval(secs => %(grace)s),
        locked_by = %(worker)s
-  FROM next, async_commit
- WHERE j.id = next.id
+  FROM picked, async_commit
+ WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
-          j.created_at, j.locked_until, next.run_at;
+          j.created_at, j.locked_until, picked.priority, picked.run_at;
 
 -- name: txn_begin
 -- READ COMMITTED whatever the server default: txn_take must see what txn_pick committed.
@@ -363,12 +397,12 @@ SELECT now();
 -- One INSERT for a whole batch (arrays unnested server-side): one round trip and, through the
 -- statement-level trigger, one NOTIFY however many rows. Run inside a transaction whose id it
 -- returns: if the COMMIT's answer is lost, xact_status tells whether the jobs went in.
-INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, priority)
 SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
-       now() + make_interval(secs => t.delay)
+       now() + make_interval(secs => t.delay), t.priority
   FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
-              %(max_attempts)s::int[], %(delays)s::float8[])
-       AS t(kind, payload, headers, max_attempts, delay)
+              %(max_attempts)s::int[], %(delays)s::float8[], %(priorities)s::smallint[])
+       AS t(kind, payload, headers, max_attempts, delay, priority)
 RETURNING id, pg_current_xact_id()::text;
 
 -- name: enqueue_keyed
@@ -377,12 +411,13 @@ RETURNING id, pg_current_xact_id()::text;
 -- rows' keys, so the caller tells which were skipped and looks their ids up (keyed_ids).
 -- Keys go in sorted, so two producers inserting the same keys lock them in the same order
 -- (no deadlock); rows without a key keep their order among themselves, after the keyed ones.
-INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, key)
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, key, priority)
 SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
-       now() + make_interval(secs => t.delay), t.key
+       now() + make_interval(secs => t.delay), t.key, t.priority
   FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
-              %(max_attempts)s::int[], %(delays)s::float8[], %(keys)s::text[]) WITH ORDINALITY
-       AS t(kind, payload, headers, max_attempts, delay, key, ord)
+              %(max_attempts)s::int[], %(delays)s::float8[], %(keys)s::text[],
+              %(priorities)s::smallint[]) WITH ORDINALITY
+       AS t(kind, payload, headers, max_attempts, delay, key, priority, ord)
  ORDER BY t.key NULLS LAST, t.ord
     ON CONFLICT (queue, key) WHERE key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
@@ -550,12 +585,12 @@ WITH waiting AS (
     SELECT count(*) AS n
       FROM (SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND status = 'pending' LIMIT %(cap)s) AS w
 )
-INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at)
+INSERT INTO {jobs} (queue, kind, payload, headers, max_attempts, run_at, priority)
 SELECT %(queue)s, t.kind, t.payload::jsonb, t.headers::jsonb, t.max_attempts,
-       now() + make_interval(secs => t.delay)
+       now() + make_interval(secs => t.delay), t.priority
   FROM unnest(%(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
-              %(max_attempts)s::int[], %(delays)s::float8[]) WITH ORDINALITY
-       AS t(kind, payload, headers, max_attempts, delay, ord)
+              %(max_attempts)s::int[], %(delays)s::float8[], %(priorities)s::smallint[])
+       WITH ORDINALITY AS t(kind, payload, headers, max_attempts, delay, priority, ord)
  WHERE t.ord <= %(cap)s - (SELECT n FROM waiting)
  ORDER BY t.ord
 RETURNING id, pg_current_xact_id()::text;
@@ -741,7 +776,7 @@ SELECT pg_try_advisory_xact_lock(hashtext('jobq relay'), hashtext(%(key)s));
 -- name: relay_take
 -- The queue's pending jobs in hand-out order (jobs_pending_idx), delayed ones too (they go on
 -- waiting in RabbitMQ for what is left of their delay), locked until the batch commits.
-SELECT id, kind, payload::text, headers::text, max_attempts, run_at
+SELECT id, kind, payload::text, headers::text, max_attempts, run_at, priority
   FROM {jobs}
  WHERE queue = %(queue)s AND status = 'pending'
  ORDER BY run_at, id

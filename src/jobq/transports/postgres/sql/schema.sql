@@ -160,3 +160,16 @@ CREATE TABLE IF NOT EXISTS {cancels} (
     queue        text        NOT NULL,
     requested_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- migration: 11 priorities
+-- NewJob.priority, 0 (the default) to 9 (checked by jobq at enqueue; a row another client
+-- inserts with another value is handed out as priority 0 when below 1). The claims look first
+-- at the due jobs of priority 1 and up, through this partial index, in its order (highest
+-- first, then due time), and only when there are none at the rest (queries.sql: claim,
+-- txn_pick). It holds only pending jobs with a priority, none in a queue that uses none, so the
+-- claim's look at it costs an empty index probe there, as the isolated jobs' does. Adding the
+-- column rewrites no row (a constant default); the index build scans the table once and holds
+-- writes meanwhile.
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS jobs_priority_idx ON {jobs} (queue, priority DESC, run_at, id)
+    WHERE status = 'pending' AND priority > 0;
