@@ -219,6 +219,27 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
     _jobs_parser(sub)
+    move = sub.add_parser(
+        "move", help="move a queue's pending or dead jobs to the other backend",
+        description="Move the queue's waiting (--state pending: due and delayed) or dead jobs "
+                    "from one backend to the other, a batch at a time, so that a queue that "
+                    "still holds jobs can switch backend: stop its consumers, move, start the "
+                    "consumers of the other backend. Each job keeps its id (on PostgreSQL only "
+                    "an integer id: jobq's RabbitMQ ids are; another gets a new one, counted), "
+                    "its attempts, what is left of its delay, its priority and its last error. "
+                    "The source lets go of a batch only once the target has it (committed, or "
+                    "confirmed): killed halfway, a move loses nothing, and the batch in flight "
+                    "may be in both (moved twice, under the same id; moved into PostgreSQL "
+                    "again, it goes in once). Reads postgres.* and rabbitmq.* of the config. "
+                    "RabbitMQ as the source: its consumers must be stopped (refused otherwise), "
+                    "and --kind applies to dead jobs only.")
+    _common(move)
+    move.add_argument("--from", dest="source", required=True, choices=("postgres", "rabbitmq"))
+    move.add_argument("--to", dest="target", required=True, choices=("postgres", "rabbitmq"))
+    move.add_argument("--state", choices=("pending", "dead"), default="pending",
+                      help="which jobs (default pending: due and delayed; never running ones)")
+    move.add_argument("--kind", dest="move_kind", help="only jobs of this kind")
+    move.add_argument("--batch", type=int, default=500, help="jobs per batch (default 500)")
     relay = sub.add_parser(
         "relay", help="publish a PostgreSQL queue's jobs to RabbitMQ (transactional enqueue)",
         description="Publish the jobs of a PostgreSQL queue to the RabbitMQ queue of the same "
@@ -343,6 +364,13 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     from jobq import commands
 
+    if args.command == "move":
+        if args.source == args.target or args.batch < 1:
+            print("jobq: config error: " + ("--to: the other backend than --from"
+                                           if args.source == args.target
+                                           else "--batch: at least 1"), file=sys.stderr)
+            return EXIT_CONFIG
+        return _run(lambda s: commands.move_jobs(s, args), args)
     if args.command == "relay":
         if args.batch < 1:
             print("jobq: config error: --batch: at least 1", file=sys.stderr)

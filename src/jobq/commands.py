@@ -28,6 +28,7 @@ from jobq.container import (
     get_ticks,
     get_transport,
     get_worker_pool,
+    moving,
     relaying,
     schema_sql,
 )
@@ -174,6 +175,25 @@ async def relay(settings: Settings, args: argparse.Namespace) -> int:
             stats = await relay.run(stop, once=args.once)
     log.info("relay stopped: relayed=%d batches=%d failed_batches=%d jobs_per_second=%.1f",
              stats.relayed, stats.batches, stats.failures, stats.rate())
+    return 0
+
+
+async def move_jobs(settings: Settings, args: argparse.Namespace) -> int:
+    """``jobq move``: the queue's pending or dead jobs from one backend to the other."""
+    from jobq.move import move
+
+    async with wired(settings) as container, moving(container, args.source) as (source, sink):
+        log.info("moving the %s jobs%s of queue %r from %s to %s", args.state,
+                 f" of kind {args.move_kind!r}" if args.move_kind else "", settings.queue,
+                 args.source, args.target)
+        report = await move(source, sink, state=args.state, kind=args.move_kind,
+                            batch=args.batch)
+    print(f"moved {report.moved} {args.state} jobs of queue {settings.queue!r} from "
+          f"{args.source} to {args.target} in {report.batches} batches"
+          + (f"; {report.renamed} got new ids (theirs were not integers, or taken)"
+             if report.renamed else "")
+          + (f"; {report.left} left in {args.source}: not jobs (the log says why)"
+             if report.left else ""))
     return 0
 
 

@@ -27,6 +27,7 @@ from jobq.backoff import Backoff
 from jobq.config import Settings
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics
+from jobq.move import Sink, Source
 from jobq.pausing import PauseWatch
 from jobq.pool import WorkerPool
 from jobq.relay import Outbox, Relay
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from jobq.transports.memory import MemoryPublisher, MemoryTransport
     from jobq.transports.postgres.admin import PostgresAdmin
     from jobq.transports.postgres.lease import PostgresTransport
+    from jobq.transports.postgres.moves import PostgresMoves
     from jobq.transports.postgres.outbox import PostgresOutbox
     from jobq.transports.postgres.publisher import PostgresPublisher
     from jobq.transports.postgres.ticks import PostgresTicks
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from jobq.transports.rabbitmq.admin import RabbitAdmin
     from jobq.transports.rabbitmq.connect import RabbitLink
     from jobq.transports.rabbitmq.consumer import RabbitTransport
+    from jobq.transports.rabbitmq.moves import RabbitMoves
     from jobq.transports.rabbitmq.publisher import RabbitPublisher
     from jobq.transports.rabbitmq.ticks import RabbitTicks
 
@@ -247,6 +250,15 @@ class Container(containers.DeclarativeContainer):
         settings=cfg.rabbitmq, queue=cfg.queue, max_attempts=cfg.retry.max_attempts,
         limits=cfg.limits)
 
+    # `jobq move`: both backends, as for the relay.
+    pg_moves = providers.Singleton(
+        lazy("jobq.transports.postgres.moves:PostgresMoves"), pool=pg_pool, settings=cfg.postgres,
+        queue=cfg.queue, logger=providers.Callable(logging.getLogger, "jobq.move"))
+    rmq_moves = providers.Singleton(
+        lazy("jobq.transports.rabbitmq.moves:RabbitMoves"), link=rmq_link, settings=cfg.rabbitmq,
+        queue=cfg.queue, max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
+        logger=providers.Callable(logging.getLogger, "jobq.move"))
+
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
     policy = providers.Singleton(
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
@@ -351,6 +363,19 @@ async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
             await publisher.close()
     finally:
         await outbox.close()
+
+
+@contextlib.asynccontextmanager
+async def moving(container: Container, source: str) -> AsyncIterator[tuple[Source, Sink]]:
+    """The two backends of ``jobq move``, opened (grants checked, topology declared):
+    ``source`` ("postgres" or "rabbitmq") and the other one."""
+    await resolve(container.pg_pool())
+    await resolve(container.rmq_link())
+    pg: PostgresMoves = await resolve(container.pg_moves())
+    rabbit: RabbitMoves = await resolve(container.rmq_moves())
+    await pg.open()
+    await rabbit.open()
+    yield (pg, rabbit) if source == "postgres" else (rabbit, pg)
 
 
 def schema_sql(settings: Settings) -> str:

@@ -789,3 +789,59 @@ SELECT id, kind, payload::text, headers::text, max_attempts, run_at, priority
 UPDATE {jobs}
    SET status = 'done', finished_at = now(), locked_by = 'relayed to RabbitMQ'
  WHERE id = ANY(%(ids)s::bigint[]);
+
+-- `jobq move` (move.py, transports/postgres/moves.py): a queue's waiting or dead jobs between
+-- backends, a batch per transaction.
+
+-- name: move_pending
+-- The jobs to hand over, locked until the batch commits (SKIP LOCKED: a job a consumer or
+-- another move holds this instant stays), in hand-out order (jobs_pending_idx); delayed ones
+-- too, never a running one.
+SELECT id, kind, payload::text, headers::text, attempts, max_attempts, run_at, last_error,
+       finished_at, priority
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'pending'
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY run_at, id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: move_dead
+-- As move_pending, the dead jobs oldest first (jobs_dead_idx).
+SELECT id, kind, payload::text, headers::text, attempts, max_attempts, run_at, last_error,
+       finished_at, priority
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'dead'
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: move_forget
+-- In the batch's transaction, once the other backend has the jobs: gone from here.
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: move_in
+-- Jobs from RabbitMQ, keeping their ids where they are integers (jobq's are: random 63-bit);
+-- another id (a foreign producer's text) gets a new one from the table's identity. A job
+-- already here under its id (moved twice: a move killed after its COMMIT, before its acks)
+-- is not inserted again. The trigger wakes the consumers at COMMIT, as for any enqueue.
+INSERT INTO {jobs} AS j (id, queue, kind, payload, headers, status, attempts, max_attempts,
+                         run_at, last_error, finished_at, priority)
+OVERRIDING SYSTEM VALUE
+SELECT coalesce(t.id, nextval(pg_get_serial_sequence(%(table)s, 'id'))), %(queue)s, t.kind,
+       t.payload::jsonb, t.headers::jsonb, t.status, t.attempts, t.max_attempts,
+       coalesce(t.run_at, now()), t.last_error, t.finished_at, t.priority
+  FROM unnest(%(ids)s::bigint[], %(kinds)s::text[], %(payloads)s::text[], %(headers)s::text[],
+              %(statuses)s::text[], %(attempts)s::int[], %(max_attempts)s::int[],
+              %(run_ats)s::timestamptz[], %(errors)s::text[], %(finished)s::timestamptz[],
+              %(priorities)s::smallint[])
+       AS t(id, kind, payload, headers, status, attempts, max_attempts, run_at, last_error,
+            finished_at, priority)
+    ON CONFLICT (id) DO NOTHING
+RETURNING j.id;
+
+-- name: move_existing
+-- After move_in: the jobs already here under ids it skipped, to tell a job moved twice (the
+-- same kind and payload) from another that happens to have the same id.
+SELECT id, kind, payload::text FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]);
