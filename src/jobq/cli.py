@@ -249,7 +249,9 @@ def admin_parser() -> argparse.ArgumentParser:
                     "order, published with confirms under its PostgreSQL id, then marked done. "
                     "At least once: a relay killed mid-batch publishes that batch again (the "
                     "same message_ids), never loses one. Several relays may run at once: one "
-                    "takes a queue's batch at a time, so jobs arrive in order. Reads postgres.* "
+                    "takes a queue's batch at a time, each after the last was confirmed. A job "
+                    "RabbitMQ cannot take (payload not a JSON object, too large) is "
+                    "dead-lettered on PostgreSQL with the reason. Reads postgres.* "
                     "and rabbitmq.* of the config (give the broker with JOBQ_RABBITMQ__URL or a "
                     "rabbitmq: section); run no PostgreSQL consumer on the queue. Delayed jobs "
                     "are relayed at once and wait in RabbitMQ for the rest of their delay.")

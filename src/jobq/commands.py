@@ -173,8 +173,9 @@ async def relay(settings: Settings, args: argparse.Namespace) -> int:
                  settings.queue, args.batch, ", until drained" if args.once else "")
         with signals_to(stop.set):
             stats = await relay.run(stop, once=args.once)
-    log.info("relay stopped: relayed=%d batches=%d failed_batches=%d jobs_per_second=%.1f",
-             stats.relayed, stats.batches, stats.failures, stats.rate())
+    log.info("relay stopped: relayed=%d refused=%d batches=%d failed_batches=%d "
+             "jobs_per_second=%.1f", stats.relayed, stats.refused, stats.batches, stats.failures,
+             stats.rate())
     return 0
 
 

@@ -14,6 +14,7 @@ every implementation against the Protocol those functions promise.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import inspect
@@ -346,22 +347,29 @@ async def get_ticks(container: Container) -> Ticks:
 @contextlib.asynccontextmanager
 async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
     """A relay from the PostgreSQL queue to RabbitMQ, both opened (grants checked, topology
-    declared), closed on the way out."""
+    declared), closed on the way out. With ``postgres.retention`` the relay prunes the queue's
+    done rows (the relayed jobs), as a consumer would: no consumer runs on a relayed queue."""
+    from jobq.transports.postgres.retention import start
+
     await resolve(container.pg_pool())
     await resolve(container.rmq_link())
     outbox: PostgresOutbox = await resolve(container.pg_outbox())
     publisher: RabbitPublisher = await resolve(container.relay_publisher())
+    settings: Settings = container.settings()
     await outbox.open()
+    pruning = start(await resolve(container.pg_pruner()))
     try:
         await publisher.open()
         try:
-            settings: Settings = container.settings()
             yield Relay(outbox, publisher.publish_as, batch=batch,
-                        backoff=Backoff.from_connect(settings.connect),
+                        backoff=Backoff.from_connect(settings.connect), limits=settings.limits,
                         logger=logging.getLogger("jobq.relay"))
         finally:
             await publisher.close()
     finally:
+        for task in pruning:
+            task.cancel()
+        await asyncio.gather(*pruning, return_exceptions=True)
         await outbox.close()
 
 

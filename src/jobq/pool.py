@@ -483,6 +483,7 @@ class WorkerPool:
     async def _watch_cancels(self) -> None:
         """About once a second while jobs run, ask the transport which of them an operator
         cancelled, and cancel those handlers (settled as cancelled: ``_work``, ``_settle``)."""
+        failing = False
         while True:
             await asyncio.sleep(CANCEL_POLL)
             running = {slot: d for slot in list(self._started_at)
@@ -491,10 +492,14 @@ class WorkerPool:
                 continue
             try:
                 found = await self._transport.cancelled(list(running.values()))
-            except TransportError as exc:  # asked again next time
-                self._log.warning("could not ask which running jobs were cancelled (%s)",
-                                  describe(exc))
+            except Exception as exc:  # asked again next time; a bug must not end the asking
+                if not failing:
+                    self._log.warning("could not ask which running jobs were cancelled (%s); "
+                                      "asking again each second", describe(exc),
+                                      exc_info=None if isinstance(exc, TransportError) else exc)
+                failing = True
                 continue
+            failing = False
             for delivery in found:
                 for slot, held in running.items():
                     if (held is delivery and self._holding[slot] is delivery

@@ -13,15 +13,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobq.backoff import Backoff
-from jobq.errors import TransportError, describe
+from jobq.config import LimitsConfig
+from jobq.errors import MalformedJob, QueueFull, TransportError, describe
+from jobq.limits import encode_new_job
 from jobq.transport import NewJob
 
-Send = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[object]]
+# Publishes the jobs (ids, jobs) and returns the ids it refused, each with the reason: a job
+# the broker can never take (MalformedJob: the outbox dead-letters it instead of retrying it).
+Send = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[Mapping[str, str]]]
+Publish = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[object]]
 IDLE_WAIT = 1.0  # an idle relay looks again after this long without a NOTIFY
 BUSY_WAIT = 0.2  # another relay holds the queue: try again after this long
 
@@ -45,6 +50,7 @@ class RelayStats:
     relayed: int = 0
     batches: int = 0
     failures: int = 0
+    refused: int = 0  # dead-lettered on PostgreSQL: RabbitMQ could never take them
     started_at: float = field(default_factory=time.monotonic)
 
     def rate(self) -> float:
@@ -55,10 +61,11 @@ class RelayStats:
 class Relay:
     """Moves batches from ``outbox`` through ``send`` until stopped (or, ``once``, drained)."""
 
-    def __init__(self, outbox: Outbox, send: Send, *, batch: int, backoff: Backoff,
-                 logger: logging.Logger | None = None) -> None:
+    def __init__(self, outbox: Outbox, publish: Publish, *, batch: int, backoff: Backoff,
+                 limits: LimitsConfig | None = None, logger: logging.Logger | None = None) -> None:
         self._outbox = outbox
-        self._send = send
+        self._publish = publish
+        self._limits = limits or LimitsConfig()
         self._batch = batch
         self._backoff = backoff
         self._log = logger or logging.getLogger("jobq.relay")
@@ -68,9 +75,10 @@ class Relay:
         """Relay until ``stop`` is set; with ``once``, until a batch comes back empty."""
         failed = 0
         while not stop.is_set():
+            refused = self.stats.refused
             try:
                 moved = await self._outbox.relay(self._batch, self._send)
-            except TransportError as exc:  # nothing was marked: the batch is pending again
+            except (TransportError, QueueFull) as exc:  # nothing marked: pending again
                 self.stats.failures += 1
                 failed += 1
                 delay = self._backoff.delay(failed)
@@ -80,10 +88,13 @@ class Relay:
                 continue
             failed = 0
             if moved:
-                self.stats.relayed += moved
+                self.stats.relayed += moved - (self.stats.refused - refused)
                 self.stats.batches += 1
                 continue
             if moved == 0 and once:
+                break
+            if moved is None and once:
+                self._log.info("another relay holds this queue: leaving it to that one (--once)")
                 break
             if moved is None:
                 await _sleep(stop, BUSY_WAIT)
@@ -94,6 +105,25 @@ class Relay:
                 waiting.cancel()
                 stopping.cancel()
         return self.stats
+
+    async def _send(self, ids: Sequence[str], jobs: Sequence[NewJob]) -> dict[str, str]:
+        """Publish the jobs RabbitMQ can take; the others' ids with the reason (the checks
+        of every enqueue, as the RabbitMQ publisher makes them, run here first)."""
+        refused: dict[str, str] = {}
+        for job_id, job in zip(ids, jobs, strict=True):
+            try:
+                encode_new_job(job, self._limits, compact=True)
+            except MalformedJob as exc:  # JobTooLarge too
+                refused[job_id] = f"not relayed to RabbitMQ: {describe(exc)}"
+        if refused:
+            self.stats.refused += len(refused)
+            self._log.warning("%d jobs of this batch cannot be relayed (ids %s): dead-lettered "
+                              "on PostgreSQL with the reason", len(refused),
+                              ", ".join(list(refused)[:10]))
+        kept = [(i, j) for i, j in zip(ids, jobs, strict=True) if i not in refused]
+        if kept:
+            await self._publish([i for i, _ in kept], [j for _, j in kept])
+        return refused
 
 
 async def _sleep(stop: asyncio.Event, seconds: float) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -191,3 +192,30 @@ def test_rabbitmq_shows_and_retries_dead_jobs_and_says_what_it_cannot(
         assert backend.waiting() == 0
     finally:
         backend.cleanup()
+
+
+def test_a_cancel_waits_for_a_pending_rows_momentary_lock_and_a_retry_drops_old_requests(
+        schema: str, queue_name: str) -> None:
+    backend = Backend("postgres", queue_name, schema_env(schema), schema=schema)
+    backend.produce(2)
+    first, second = (str(row[0]) for row in fetch(PG_DSN, sql.SQL(
+        "SELECT id FROM {} WHERE queue = %s ORDER BY id").format(jobs_table(schema)), [queue_name]))
+    # A claim, a relay batch or a `jobq jobs` probe holds a pending row for an instant: the
+    # cancel waits for it (before: it took the job for running, left a request, and the job ran).
+    with psycopg.connect(PG_DSN) as holder:
+        holder.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(
+            jobs_table(schema)), [int(first)])
+        cancel = backend.start("jobq", "jobs", "cancel", first)
+        time.sleep(0.7)
+        holder.rollback()
+        out, err = cancel.communicate(timeout=30)
+    assert cancel.returncode == 0, err
+    assert "cancelled: it was pending and will not run" in out, out
+    # A request that outlived its job's run (the job died first) is dropped by a retry, so
+    # the retried run is not cancelled by it (before: it stayed and stopped the next run).
+    backend.run("consumer", "--once", "-p", "fail", "--max-attempts", "1")
+    fetch(PG_DSN, sql.SQL("INSERT INTO {} (job_id, queue) VALUES (%s, %s) RETURNING job_id")
+          .format(sql.Identifier(schema, "cancels")), [int(second), queue_name])
+    assert "requeued" in jobq(backend, "jobs", "retry", second)
+    assert fetch(PG_DSN, sql.SQL("SELECT job_id FROM {}").format(
+        sql.Identifier(schema, "cancels"))) == []

@@ -65,7 +65,7 @@ def test_committed_jobs_are_relayed_in_order_and_rolled_back_ones_never(
                                             for i in range(50)], queue=pg.queue, schema=pg.schema)
     result = pg.run("jobq", "relay", "--once", "--batch", "7")
     assert result.returncode == 0, result.stderr
-    assert "relay stopped: relayed=50 batches=8" in result.stderr, result.stderr
+    assert "relay stopped: relayed=50 refused=0 batches=8" in result.stderr, result.stderr
     assert pending(pg) == 0
     done = rabbit.run("consumer", "--once", "-n", "1", "-p", "tests.processors:record",
                       "-a", f"directory={tmp_path}")
@@ -116,3 +116,36 @@ def test_relay_refuses_a_bad_batch_and_an_uninitialised_schema(relay: tuple[Back
     assert "run `jobq init`" in result.stderr and time.monotonic() - began < 30
 
 
+
+
+def test_a_job_rabbitmq_cannot_take_is_dead_lettered_and_the_rest_relayed(
+        relay: tuple[Backend, Backend]) -> None:
+    pg, rabbit = relay
+    assert pg.schema is not None
+    pg.produce(3)
+    bad = fetch(PG_DSN, sql.SQL("INSERT INTO {} (queue, kind, payload) VALUES (%s, 'x', %s) "
+                                "RETURNING id").format(jobs_table(pg.schema)),
+                [pg.queue, "[1, 2, 3]"])[0][0]
+    pg.produce(2)
+    result = pg.run("jobq", "relay", "--once")  # before: MalformedJob ended it, every time
+    assert result.returncode == 0, result.stderr
+    assert "relayed=5 " in result.stderr and "cannot be relayed" in result.stderr, result.stderr
+    assert ready(rabbit) == 5
+    dead = fetch(PG_DSN, sql.SQL("SELECT status, last_error FROM {} WHERE id = %s").format(
+        jobs_table(pg.schema)), [bad])[0]
+    assert dead[0] == "dead" and "payload must be a JSON object" in str(dead[1]), dead
+
+
+def test_relay_once_leaves_a_queue_another_relay_holds(relay: tuple[Backend, Backend]) -> None:
+    pg, _ = relay
+    assert pg.schema is not None
+    pg.produce(1)
+    with psycopg.connect(PG_DSN) as holder:  # as a relay in the middle of a batch
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('jobq relay'), hashtext(%s))",
+                       [f"{pg.schema}.{pg.queue}"])
+        began = time.monotonic()
+        result = pg.run("jobq", "relay", "--once", timeout=30)  # before: it waited for ever
+    assert result.returncode == 0, result.stderr
+    assert "another relay holds this queue" in result.stderr
+    assert time.monotonic() - began < 20
+    assert pending(pg) == 1

@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jobq.errors import ConfigError
+import psycopg
+
+from jobq.errors import ConfigError, TransportError
 from jobq.transport import JOB_STATES, JobInfo
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch
 
 MAX_ID = 19  # digits of a bigint
+LOCK_WAIT = "2s"  # a cancel waits this long for a pending job's row held by someone else
 
 
 def job_id(text: str) -> int:
@@ -61,11 +64,18 @@ class JobControl:
         job = await self.show(text)
         self._refuse_ended(job, "cancel")
         params = {"queue": self._queue, "id": job.id}
-        if job.state == "pending" and await self._fetch("cancel_pending", params):
-            return f"job {job.id} cancelled: it was pending and will not run"
+        # Whatever show said: a pending row held for an instant (a claim, a relay batch, a
+        # probe) looks running to the probe. Held past LOCK_WAIT, it is running.
+        try:
+            if await self._fetch("cancel_pending", {**params, "lock_wait": LOCK_WAIT}):
+                return f"job {job.id} cancelled: it was pending and will not run"
+        except TransportError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                raise
         await self._fetch("cancels_stale", {"queue": self._queue})
         if await self._fetch("cancel_request", params):
-            return (f"job {job.id} is running ({job.worker}): its consumer was asked to stop it, "
+            return (f"job {job.id} is running ({job.worker or 'transaction mode'}): its consumer "
+                    "was asked to stop it, "
                     "within about a second; it then ends cancelled, never retried "
                     "(`jobq jobs show` tells)")
         job = await self.show(text)  # it ended meanwhile, or was asked to stop already

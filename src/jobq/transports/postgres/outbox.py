@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, PostgresConfig
+from jobq.relay import Send
 from jobq.transport import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import translated
@@ -27,7 +28,6 @@ from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
-Send = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[object]]
 NEEDS = {"jobs": "SELECT,UPDATE"}  # docs/security.md
 
 
@@ -69,9 +69,9 @@ class PostgresOutbox:
         self._wake.clear()
 
     async def relay(self, limit: int, send: Send) -> int | None:
-        """Take up to ``limit`` pending jobs, ``send`` them (ids, jobs), mark them done, commit;
-        how many. None when another relay holds the queue this moment. If ``send`` raises, the
-        batch rolls back and the jobs stay pending."""
+        """Take up to ``limit`` pending jobs, ``send`` them (ids, jobs), mark them done (those
+        ``send`` refused dead, with its reason), commit; how many. None when another relay holds
+        the queue this moment. If ``send`` raises, the batch rolls back and stays pending."""
         with translated("postgres relay"):
             async with self._pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(self._q["relay_lock"], {"key": self._key})
@@ -84,8 +84,12 @@ class PostgresOutbox:
                 if not rows:
                     return 0
                 ids = [str(r[0]) for r in rows]
-                await send(ids, [_job(r) for r in rows])
-                await conn.execute(self._q["relay_done"], {"ids": [r[0] for r in rows]})
+                refused = await send(ids, [_job(r) for r in rows])
+                await conn.execute(self._q["relay_done"], {
+                    "ids": [r[0] for r in rows if str(r[0]) not in refused]})
+                if refused:
+                    await conn.execute(self._q["relay_refused"], {
+                        "ids": [int(i) for i in refused], "reasons": list(refused.values())})
         return len(rows)
 
 

@@ -318,6 +318,9 @@ class RabbitTransport:
             if delivery.malformed is None:
                 job, props = delivery.job, message.header.properties
                 deliver: Any = message.delivery
+                if job.id in self._tombstones:  # cancelled: acked unrun, as from the work queue
+                    await self._cancelled_unrun(delivery)
+                    continue
                 # Not due yet: it never ran (an early message is never handed out), so no crash
                 # was its own, however often it was delivered: back through the hops, unmarked.
                 if self._early(props):
@@ -722,6 +725,9 @@ class RabbitTransport:
             return
         if self._closing or self._paused:
             await self._give_back_quietly(delivery)
+            return
+        if delivery.job.id in self._tombstones:  # cancelled while it was held
+            await self._cancelled_unrun(delivery)
             return
         self._arrived.append(delivery)
         self._wake()

@@ -8,8 +8,10 @@ found, a read of the whole queue with basic.get, every message put back when the
 closes (a classic queue keeps them in their places). A job a consumer receives whose id has a
 tombstone is acked unrun, as cancelled; one it is running is cancelled by the pool
 (``Transport.cancelled``). Readers hold the tombstones unacked for a moment, so another
-reader's look may find fewer: a consumer forgets none it read, and reads again when the count
-it sees next is not what it found.
+reader's look may find fewer: a consumer forgets none it read. It reads again at once when it
+sees more messages than its last read found (a new tombstone), and when it sees another
+count, fewer (another reader's walk, or expired ones), at most every RECHECK seconds: a walk
+makes the others see fewer, and re-reading at once would have them walk each other's walks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology
 
+RECHECK = 10.0  # seconds between reads for a count lower than the last read found
+
 
 class Tombstones:
     """The ids of one queue's cancelled jobs, as last read from ``<q>.cancelled``."""
@@ -35,7 +39,8 @@ class Tombstones:
         self._link = link
         self._topology = topology
         self._count = ReadyCount(link, topology.cancelled, "rabbitmq tombstones")
-        self._found = 0  # tombstones the last read found
+        self._found = 0  # messages the last read found
+        self._read_at = 0.0  # when (monotonic) it was
         self.ids: dict[str, float] = {}  # job id -> when this process first read its tombstone
 
     def __contains__(self, job_id: object) -> bool:
@@ -51,17 +56,20 @@ class Tombstones:
     async def refresh(self) -> None:
         """Look at the ready count; read the tombstones again if it is not what was found."""
         count = await self._count()
-        if count != self._found:
+        if count > self._found or (count != self._found
+                                   and time.monotonic() - self._read_at >= RECHECK):
             await self.read()
 
     async def read(self) -> set[str]:
         """Read every tombstone (put back after), remember their ids; the ids read."""
         ids: set[str] = set()
+        found = 0
         channel = await self._link.channel(confirms=False)
         try:
             with translated("rabbitmq tombstones"):
                 queue = await channel.declare_queue(self._topology.cancelled, passive=True)
                 while (message := await queue.get(no_ack=False, fail=False)) is not None:
+                    found += 1
                     if message.message_id:
                         ids.add(message.message_id)
         except TransportError as exc:
@@ -72,7 +80,7 @@ class Tombstones:
                 with contextlib.suppress(Exception):
                     await channel.close()  # every tombstone goes back
         now = time.monotonic()
-        self._found = len(ids)
+        self._found, self._read_at = found, now
         for job_id in ids:
             self.ids.setdefault(job_id, now)
         for job_id, seen in list(self.ids.items()):  # expired in the queue by now

@@ -121,9 +121,12 @@ RETURNING id;
 
 -- name: dead
 -- Parked for good; last_error says why. `jobq dead requeue` brings it back. Only by the
--- claim that holds the job (token: see ack).
+-- claim that holds the job (token: see ack). A job with a cancel request ends cancelled
+-- instead (see retry): a requeue must not bring back a request that outlived its run.
 UPDATE {jobs}
-   SET status = 'dead', last_error = %(reason)s, finished_at = now(),
+   SET status = CASE WHEN EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
+                     THEN 'cancelled' ELSE 'dead' END,
+       last_error = %(reason)s, finished_at = now(),
        locked_until = NULL, locked_by = NULL
  WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
 RETURNING id;
@@ -131,10 +134,15 @@ RETURNING id;
 -- name: release
 -- Received but never started (graceful shutdown): back to pending at once, attempt not counted,
 -- and wake the other consumers so they take it now rather than at their next poll. Only jobs
--- still held by the claim each comes from (token pairs: see ack).
+-- still held by the claim each comes from (token pairs: see ack). One with a cancel request
+-- (migration 10) ends cancelled instead, unrun.
 WITH released AS (
     UPDATE {jobs} AS j
-       SET status = 'pending', attempts = greatest(j.attempts - 1, 0),
+       SET status = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+                         THEN 'cancelled' ELSE 'pending' END,
+           finished_at = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+                              THEN now() END,
+           attempts = greatest(j.attempts - 1, 0),
            locked_until = NULL, locked_by = NULL
       FROM unnest(string_to_array(%(ids)s, ',')::bigint[], string_to_array(%(tokens)s, ',')) AS t(id, token)
      WHERE j.id = t.id AND j.status = 'running' AND j.locked_by = t.token
@@ -312,9 +320,15 @@ UPDATE {jobs}
 -- name: txn_unpick
 -- Jobs picked or taken and then handed back unstarted (graceful shutdown, a take that failed),
 -- after ROLLBACK: their starts do not count, and they are free for other consumers at once.
-UPDATE {jobs} SET attempts = attempts - 1, locked_until = NULL
- WHERE id = ANY(%(ids)s) AND status = 'pending' AND locked_by = %(worker)s
-   AND locked_until IS NOT NULL;
+-- One with a cancel request (migration 10) ends cancelled, unrun.
+UPDATE {jobs} AS j
+   SET attempts = j.attempts - 1, locked_until = NULL,
+       status = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+                     THEN 'cancelled' ELSE 'pending' END,
+       finished_at = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+                          THEN now() END
+ WHERE j.id = ANY(%(ids)s) AND j.status = 'pending' AND j.locked_by = %(worker)s
+   AND j.locked_until IS NOT NULL;
 
 -- name: txn_savepoint
 -- Sent with the take: what the handler writes comes after it, so a failure can undo just
@@ -336,7 +350,7 @@ WITH request AS (
     DELETE FROM {cancels} WHERE job_id = %(id)s AND %(status)s::text = 'cancelled'
 ),
 final AS (
-    SELECT CASE WHEN %(status)s::text = 'pending'
+    SELECT CASE WHEN %(status)s::text IN ('pending', 'dead')
                      AND EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
                 THEN 'cancelled' ELSE %(status)s::text END AS status
 )
@@ -365,7 +379,7 @@ WITH request AS (
     DELETE FROM {cancels} WHERE job_id = %(id)s AND %(status)s::text = 'cancelled'
 ),
 final AS (
-    SELECT CASE WHEN %(status)s::text = 'pending'
+    SELECT CASE WHEN %(status)s::text IN ('pending', 'dead')
                      AND EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
                 THEN 'cancelled' ELSE %(status)s::text END AS status
 )
@@ -522,6 +536,9 @@ WITH requeued AS (
        AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
        AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
     RETURNING id
+),
+request AS (  -- a cancel request that outlived the job's last run must not stop the next
+    DELETE FROM {cancels} WHERE job_id IN (SELECT id FROM requeued)
 )
 SELECT id FROM requeued ORDER BY id;
 
@@ -663,8 +680,9 @@ SELECT * FROM (
 
 -- name: jobs_running
 -- Lease mode's running rows (jobs_running_queue_idx), then transaction mode's: pending rows a
--- consumer picked whose row a transaction holds (see above), read in hand-out order
--- (jobs_pending_idx) until %(limit)s are found: running ones are among the first due.
+-- consumer picked whose row a transaction holds (see above), among the first 1,000 due ones a
+-- consumer ever picked, in hand-out order (jobs_pending_idx): running ones are among the first
+-- due, and the probes (each held to the statement's end) stay few.
 SELECT * FROM (
     (SELECT j.id, j.kind, 'running' AS state,
             j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
@@ -679,12 +697,14 @@ SELECT * FROM (
             j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
             j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
             EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
-       FROM {jobs} AS j
-      WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.run_at <= now()
-        AND j.locked_by IS NOT NULL
-        AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+       FROM (SELECT id FROM {jobs}
+              WHERE queue = %(queue)s AND status = 'pending' AND run_at <= now()
+                AND locked_by IS NOT NULL
+              ORDER BY run_at, id
+              LIMIT 1000) AS candidate
+       JOIN {jobs} AS j ON j.id = candidate.id
+      WHERE (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
         AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id FOR SHARE SKIP LOCKED)
-      ORDER BY j.run_at, j.id
       LIMIT %(limit)s)
 ) AS listed
  ORDER BY id
@@ -704,13 +724,18 @@ SELECT j.id, j.kind, j.status, j.payload::text, j.headers::text, j.attempts, j.m
 
 -- name: cancel_pending
 -- `jobq jobs cancel` of a job that is not running: cancelled in place, and no claim takes it.
--- SKIP LOCKED passes over a row a transaction holds (a transaction-mode job running now, or a
--- claim this instant), which then gets a request (cancel_request) instead. A transaction-mode
--- pick that counted the job's start but has not taken it yet finds it gone and moves on.
-WITH target AS (
-    SELECT id FROM {jobs}
-     WHERE queue = %(queue)s AND id = %(id)s AND status = 'pending'
-       FOR UPDATE SKIP LOCKED
+-- A row a transaction holds this instant (a claim, a relay batch, a `jobq jobs` probe) is
+-- waited for, up to %(lock_wait)s (lock_timeout, for this statement only); one held longer
+-- is a transaction-mode job running now, which gets a request (cancel_request) instead. A
+-- transaction-mode pick that counted the job's start but has not taken it yet finds it gone
+-- and moves on.
+WITH wait AS (
+    SELECT set_config('lock_timeout', %(lock_wait)s, true)
+),
+target AS (
+    SELECT j.id FROM {jobs} AS j, wait
+     WHERE j.queue = %(queue)s AND j.id = %(id)s AND j.status = 'pending'
+       FOR UPDATE OF j
 )
 UPDATE {jobs} AS j
    SET status = 'cancelled', finished_at = now(), locked_until = NULL,
@@ -744,15 +769,19 @@ SELECT job_id FROM {cancels} WHERE job_id = ANY(%(ids)s::bigint[]);
 
 -- name: cancel
 -- Lease mode: a running job its consumer stopped at the operator's request (cancels_held):
--- cancelled for good, the request deleted. Only by the claim that holds it (token: see ack).
-WITH request AS (
-    DELETE FROM {cancels} WHERE job_id = %(id)s
+-- cancelled for good, the request deleted. Only by the claim that holds it (token: see ack);
+-- a stale claim (its lease rescued) writes nothing and leaves the request to the current one.
+WITH settled AS (
+    UPDATE {jobs}
+       SET status = 'cancelled', last_error = %(reason)s, finished_at = now(),
+           locked_until = NULL, locked_by = NULL
+     WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
+    RETURNING id
+),
+request AS (
+    DELETE FROM {cancels} WHERE job_id IN (SELECT id FROM settled)
 )
-UPDATE {jobs}
-   SET status = 'cancelled', last_error = %(reason)s, finished_at = now(),
-       locked_until = NULL, locked_by = NULL
- WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
-RETURNING id;
+SELECT id FROM settled;
 
 -- name: run_now
 -- `jobq jobs retry` of a pending job that is not due yet (a delay, or a retry's backoff): due
@@ -761,6 +790,9 @@ WITH moved AS (
     UPDATE {jobs} SET run_at = now()
      WHERE queue = %(queue)s AND id = %(id)s AND status = 'pending' AND run_at > now()
     RETURNING id, queue
+),
+request AS (  -- as dead_requeue's
+    DELETE FROM {cancels} WHERE job_id IN (SELECT id FROM moved)
 )
 SELECT id, pg_notify(%(channel)s, queue) FROM moved;
 
@@ -771,7 +803,12 @@ SELECT id, pg_notify(%(channel)s, queue) FROM moved;
 -- One relay at a time per schema and queue, for one batch's transaction: the batches of several
 -- relays follow each other, each published and confirmed before the next is taken, so jobs
 -- reach RabbitMQ in the order they are taken. Tried, never waited for.
-SELECT pg_try_advisory_xact_lock(hashtext('jobq relay'), hashtext(%(key)s));
+-- The batch's transaction stays open while RabbitMQ confirms (bounded by rabbitmq.publish_timeout
+-- and limits.enqueue_timeout): idle_in_transaction_session_timeout is lifted for it, or a
+-- server that sets one below that would end it after the broker confirmed, and publish the
+-- same batch again and again.
+SELECT pg_try_advisory_xact_lock(hashtext('jobq relay'), hashtext(%(key)s)),
+       set_config('idle_in_transaction_session_timeout', '0', true);
 
 -- name: relay_take
 -- The queue's pending jobs in hand-out order (jobs_pending_idx), delayed ones too (they go on
@@ -845,3 +882,12 @@ RETURNING j.id;
 -- After move_in: the jobs already here under ids it skipped, to tell a job moved twice (the
 -- same kind and payload) from another that happens to have the same id.
 SELECT id, kind, payload::text FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: relay_refused
+-- In the batch's transaction: jobs RabbitMQ could never take (too large for the relay's
+-- limits, a kind or payload its checks refuse), dead here with the reason, so that one of them
+-- does not stop the queue's relay at every batch. `jobq dead requeue` brings them back.
+UPDATE {jobs} AS j
+   SET status = 'dead', finished_at = now(), last_error = t.reason
+  FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS t(id, reason)
+ WHERE j.id = t.id;

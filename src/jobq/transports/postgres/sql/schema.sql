@@ -149,9 +149,12 @@ CREATE TABLE IF NOT EXISTS {schedules} (
 -- its row), so the request waits in {cancels}: each consumer asks about once a second whether
 -- a job it runs is there (queries.sql: cancels_held), cancels that handler and settles the job
 -- as cancelled, deleting the request in the same statement. The CHECK is replaced NOT VALID:
--- the new one only widens the old one, which every row passes, so no row is read. Adding it
--- takes the table's lock for an instant. Cancelled rows are not pruned by postgres.retention
--- (its index holds done and dead rows); they are an operator's few.
+-- the new one only widens the old one, which every row passes, so no row is read. Replacing it
+-- needs the table to itself for an instant, so it waits for every open transaction on the
+-- table, and a running transaction-mode job is one (while every later statement on the table
+-- waits behind it): upgrade with transaction-mode consumers stopped, as for migration 3.
+-- Cancelled rows are not pruned by postgres.retention (its index holds done and dead rows);
+-- they are an operator's few.
 ALTER TABLE {jobs} DROP CONSTRAINT IF EXISTS jobs_status_check;
 ALTER TABLE {jobs} ADD CONSTRAINT jobs_status_check
     CHECK (status IN ('pending', 'running', 'done', 'dead', 'cancelled')) NOT VALID;
