@@ -4,11 +4,13 @@
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
 # make chaos: the fault suite (restarts and crashes the local servers, and starts them
 #   again; not part of `make test`).
+# make bench-enqueue: enqueue rates (one at a time, batched, transactional) and jobq relay,
+#   side by side, 3 runs each. ENQUEUE_ARGS="--repeat 5"
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo stack lint unit install clean chaos
+.PHONY: test demo stack lint unit install clean chaos bench-enqueue
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,6 +44,11 @@ stack: $(STAMP)
 # faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.
 chaos: $(STAMP)
 	$(PY) -m faults $(CHAOS_ARGS)
+
+# Enqueue rates side by side: one at a time, batched, transactional, and jobq relay.
+ENQUEUE_ARGS ?=
+bench-enqueue: $(STAMP)
+	$(PY) -m benchmarks.enqueue $(ENQUEUE_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
