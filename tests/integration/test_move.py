@@ -108,10 +108,10 @@ def test_refusals_change_nothing(both: tuple[Backend, Backend]) -> None:
 def test_a_move_killed_halfway_and_run_again_loses_nothing(
         both: tuple[Backend, Backend], tmp_path: Path) -> None:
     pg, rabbit = both
-    pg.produce(20_000, "--batch", "1000")
+    pg.produce(6_000, "--batch", "1000")
     ids = set(rows(pg))
-    mover = pg.start("jobq", "move", "--from", "postgres", "--to", "rabbitmq", "--batch", "200")
-    assert wait_until(lambda: rabbit.depth()["ready"] >= 3000, 60)
+    mover = pg.start("jobq", "move", "--from", "postgres", "--to", "rabbitmq", "--batch", "100")
+    assert wait_until(lambda: rabbit.depth()["ready"] >= 1000, 60)
     mover.send_signal(signal.SIGKILL)
     mover.communicate(timeout=10)
     assert 0 < len(rows(pg)) < len(ids)  # killed halfway
@@ -122,4 +122,4 @@ def test_a_move_killed_halfway_and_run_again_loses_nothing(
     assert done.returncode == 0, done.stderr
     seen = collections.Counter(completions(tmp_path))
     assert set(seen) == ids  # lost 0
-    assert sum(n - 1 for n in seen.values()) <= 200  # at most the batch in flight, twice
+    assert sum(n - 1 for n in seen.values()) <= 100  # at most the batch in flight, twice
