@@ -125,6 +125,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["JOBQ_PG_DSN"] = PG_DSN
     env["JOBQ_AMQP_URL"] = AMQP_URL
     env["PYTHONPATH"] = str(ROOT)  # so `--processor tests.processors:...` imports
+    # A CLI a test finds hung gets SIGABRT (tests/scrape.py): every thread's stack on stderr,
+    # even with its event loop blocked, where jobq's own SIGUSR1 dump would never run.
+    env["PYTHONFAULTHANDLER"] = "1"
     env.update(extra)
     return env
 

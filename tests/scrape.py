@@ -90,10 +90,16 @@ class Running:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            # Ask for every task's stack (jobq.stacks) before the kill: the failure shows them.
+            # Ask for every task's stack (jobq.stacks) before the kill, and then, if it still
+            # runs, every thread's (faulthandler, PYTHONFAULTHANDLER: its loop may be blocked):
+            # the failure shows them.
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(1.0)
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGABRT)
+                time.sleep(1.0)
             self.proc.kill()
             self.proc.wait()
+            time.sleep(0.2)  # the reader thread takes the last lines
             raise AssertionError(f"the consumer outlived SIGTERM by {timeout}s:\n"
                                  + "".join(self.lines[-300:])) from None

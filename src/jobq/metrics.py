@@ -8,6 +8,7 @@ time (``watch``), so they cost the hot path nothing; queue depth is set by the d
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -23,6 +24,7 @@ from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
 from jobq.transport import Depth
 
+STOP_TIMEOUT = 2.0  # seconds stop_serving waits for the serving loop to end
 CLIENT_TIMEOUT = 10.0  # seconds a metrics client may stay silent in the middle of a request
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -257,6 +259,15 @@ def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
 
 def stop_serving(server: WSGIServer) -> None:
     """Stop the server and close its port: within its poll interval (0.5 s), whatever the
-    requests in progress are doing (each has a thread of its own, and is dropped at exit)."""
-    server.shutdown()
+    requests in progress are doing (each has a thread of its own, and is dropped at exit).
+
+    ``shutdown`` waits for the serving loop without a deadline; it gets STOP_TIMEOUT, from a
+    thread of its own, and the port is closed either way: a shutdown never waits on it longer.
+    """
+    stopping = threading.Thread(target=server.shutdown, name="jobq-metrics-stop", daemon=True)
+    stopping.start()
+    stopping.join(STOP_TIMEOUT)
+    if stopping.is_alive():
+        logging.getLogger("jobq.metrics").warning(
+            "the metrics server did not stop within %.0fs; closing its port anyway", STOP_TIMEOUT)
     server.server_close()

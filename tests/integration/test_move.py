@@ -111,9 +111,11 @@ def test_a_move_killed_halfway_and_run_again_loses_nothing(
     pg.produce(6_000, "--batch", "1000")
     ids = set(rows(pg))
     mover = pg.start("jobq", "move", "--from", "postgres", "--to", "rabbitmq", "--batch", "100")
-    assert wait_until(lambda: rabbit.depth()["ready"] >= 1000, 60)
-    mover.send_signal(signal.SIGKILL)
-    mover.communicate(timeout=10)
+    try:
+        assert wait_until(lambda: rabbit.depth()["ready"] >= 1000, 60)
+    finally:
+        mover.send_signal(signal.SIGKILL)
+        mover.communicate(timeout=10)
     assert 0 < len(rows(pg)) < len(ids)  # killed halfway
     move(pg, "--from", "postgres", "--to", "rabbitmq")
     assert rows(pg) == {}
