@@ -216,6 +216,9 @@ class MetricsConfig:
     host: str = "127.0.0.1"
     port: int = 9100
     depth_interval: float = 5.0  # seconds between queue-depth polls (jobq_queue_depth)
+    # Job kinds with series of their own in the per-kind metrics (jobq_kind_*); every other
+    # kind counts as "other", so the label stays bounded. Empty: consumer.processors' kinds.
+    kinds: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,6 +292,10 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
+    "metrics.kinds": (lambda v: len(v) <= 100 and all(isinstance(k, str) and k and k != "other"
+                                                      and len(k) <= 200 for k in v),
+                      "at most 100 kinds, each a non-empty text of at most 200 characters "
+                      "other than 'other'"),
     "log.summary_interval": (lambda v: v >= 0, ">= 0 (0: no summary lines)"),
 }
 

@@ -143,6 +143,11 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
         await link.close()
 
 
+def metric_kinds(settings: Settings) -> list[str]:
+    """The kinds with series of their own: ``metrics.kinds``, else ``consumer.processors``'."""
+    return list(settings.metrics.kinds or settings.consumer.processors)
+
+
 def handler(settings: Settings, threads: HandlerThreads) -> Any:
     """The configured processor (or per-kind processors), awaitable whatever it is."""
     return build_handler(settings.consumer, threads)
@@ -260,7 +265,8 @@ class Container(containers.DeclarativeContainer):
         queue=cfg.queue, max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         logger=providers.Callable(logging.getLogger, "jobq.move"))
 
-    metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue)
+    metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue,
+                                  kinds=providers.Callable(metric_kinds, settings))
     policy = providers.Singleton(
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
         jitter=cfg.retry.jitter,

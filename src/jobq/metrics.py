@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
+from jobq.metrics_kinds import KindCounts
 from jobq.transport import Depth
 
 STOP_TIMEOUT = 2.0  # seconds stop_serving waits for the serving loop to end
@@ -103,7 +104,7 @@ class _TransportCounters(Collector):
 class Metrics:
     """The pool's observer: jobs by outcome, errors by type, duration, latency, depth, readiness."""
 
-    def __init__(self, transport: str, queue: str) -> None:
+    def __init__(self, transport: str, queue: str, kinds: Iterable[str] = ()) -> None:
         self.registry = r = CollectorRegistry()
         labels = ("transport", "queue")
         self._values = values = (transport, queue)
@@ -113,6 +114,10 @@ class Metrics:
                                                     Outcome.CANCELLED)],
                                DURATION_BUCKETS, LATENCY_BUCKETS)
         r.register(self._jobs)
+        # The same by job kind, the kinds named in metrics.kinds (the rest as "other").
+        self._kinds = KindCounts(values, kinds, [o.value for o in (
+            Outcome.ACK, Outcome.RETRY, Outcome.DEAD, Outcome.CANCELLED)], DURATION_BUCKETS)
+        r.register(self._kinds)
         self._in_flight = Gauge("jobq_in_flight", "Jobs received and not yet settled.", labels,
                                 registry=r).labels(*values)
         self._buffered = Gauge("jobq_buffered", "Jobs received and waiting for a worker.", labels,
@@ -139,8 +144,10 @@ class Metrics:
         jobs = self._jobs
         jobs.outcomes[outcome.value] += 1
         jobs.duration.observe(duration)
-        if error is not None:
-            jobs.error(type(error).__name__)
+        failed = None if error is None else type(error).__name__
+        self._kinds.settled(job.kind, outcome.value, duration, failed)
+        if failed is not None:
+            jobs.error(failed)
         elif job.enqueued_at is not None:
             jobs.latency.observe(time.time() - job.enqueued_at.timestamp())
         if job.attempt > 1:

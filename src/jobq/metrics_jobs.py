@@ -40,13 +40,19 @@ class Buckets:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    def family(self, name: str, text: str, labels: Sequence[str]) -> HistogramMetricFamily:
-        """The histogram family with cumulative buckets, for one label set."""
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """The buckets as Prometheus exposes them (``le`` bound, cumulative count) and the sum."""
         counts, total = list(self.counts), self.sum
-        cumulative, running = [], 0
+        cumulative: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
             running += count
             cumulative.append((_le(bound), running))
+        return cumulative, total
+
+    def family(self, name: str, text: str, labels: Sequence[str]) -> HistogramMetricFamily:
+        """The histogram family with cumulative buckets, for one label set."""
+        cumulative, total = self.cumulative()
         family = HistogramMetricFamily(name, text, labels=LABELS)
         family.add_metric(list(labels), cumulative, sum_value=total)
         return family

@@ -6,6 +6,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from jobq import Job, PermanentError, Retry
 from jobq.errors import ConnectionLost
 from jobq.job import Delivery, Outcome
@@ -211,3 +213,41 @@ def test_http_endpoints() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_per_kind_series_for_the_named_kinds_and_other_for_the_rest() -> None:
+    store = MemoryStore()
+    for kind, n in (("email", 4), ("report", 2), ("typo-1", 1), ("typo-2", 1)):
+        for _ in range(n):
+            store.add(kind, {}, max_attempts=1)
+    metrics = Metrics("memory", "q", kinds=["email", "report", "never-seen"])
+
+    async def handler(job: Job) -> None:
+        if job.kind == "report":
+            raise ValueError("no data")
+
+    await make_pool(MemoryTransport(store, queue="q"), handler, metrics).run()
+
+    assert sample(metrics, "jobq_kind_jobs_total", kind="email", outcome="ok") == 4
+    assert sample(metrics, "jobq_kind_jobs_total", kind="report", outcome="dead") == 2
+    assert sample(metrics, "jobq_kind_job_errors_total", kind="report", error="ValueError") == 2
+    assert sample(metrics, "jobq_kind_jobs_total", kind="other", outcome="ok") == 2  # bounded
+    assert sample(metrics, "jobq_kind_job_duration_seconds_count", kind="email") == 4
+    kinds = {s.labels.get("kind") for family in metrics.registry.collect()
+             for s in family.samples if s.name.startswith("jobq_kind_")}
+    assert kinds == {"email", "report", "other"}  # named ones seen, and the rest as one
+
+
+def test_metrics_kinds_default_to_the_processors_and_are_bounded() -> None:
+    from jobq.config import load_settings
+    from jobq.container import metric_kinds
+    from jobq.errors import ConfigError
+
+    settings = load_settings(None, {"consumer.processors": {"email": "noop", "report": "noop"}})
+    assert metric_kinds(settings) == ["email", "report"]
+    named = load_settings(None, {"metrics.kinds": ["a"], "consumer.processors": {"b": "noop"}})
+    assert metric_kinds(named) == ["a"]
+    with pytest.raises(ConfigError, match=r"metrics\.kinds"):
+        load_settings(None, {"metrics.kinds": [f"k{i}" for i in range(101)]})
+    with pytest.raises(ConfigError, match=r"metrics\.kinds"):
+        load_settings(None, {"metrics.kinds": ["other"]})
