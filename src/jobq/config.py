@@ -222,6 +222,14 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TracingConfig:
+    """OpenTelemetry traces (the ``otel`` extra): off unless asked for, and then free of cost
+    only in that nothing else changes. The application configures the SDK and exporter."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class LogConfig:
     """Log level and format."""
 
@@ -245,6 +253,7 @@ class Settings:
     postgres: PostgresConfig = field(default_factory=PostgresConfig)
     rabbitmq: RabbitConfig = field(default_factory=RabbitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     log: LogConfig = field(default_factory=LogConfig)
     # name -> {cron | every, kind, payload, timezone, queue, max_attempts}: see jobq.schedules
     schedules: dict[str, Any] = field(default_factory=dict)

@@ -148,9 +148,26 @@ def metric_kinds(settings: Settings) -> list[str]:
     return list(settings.metrics.kinds or settings.consumer.processors)
 
 
-def handler(settings: Settings, threads: HandlerThreads) -> Any:
-    """The configured processor (or per-kind processors), awaitable whatever it is."""
-    return build_handler(settings.consumer, threads)
+def handler(settings: Settings, threads: HandlerThreads, tracing: Any) -> Any:
+    """The configured processor (or per-kind processors), awaitable whatever it is; inside a
+    span per job with tracing on (``tracing``: a jobq.tracing.JobTracing, else None)."""
+    built = build_handler(settings.consumer, threads)
+    return built if tracing is None else tracing.wrap(built)
+
+
+def job_tracing(settings: Settings, metrics: Metrics) -> Any:
+    """The consumer's tracing (tracing.enabled), observing the pool before the metrics do; None
+    when off, and then OpenTelemetry is not even imported."""
+    if not settings.tracing.enabled:
+        return None
+    from jobq.tracing import JobTracing
+
+    return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
+
+
+def observer(metrics: Metrics, tracing: Any) -> Any:
+    """What observes the pool: the tracing (which hands every event on), else the metrics."""
+    return tracing if tracing is not None else metrics
 
 
 class Container(containers.DeclarativeContainer):
@@ -276,10 +293,11 @@ class Container(containers.DeclarativeContainer):
                                       logger=providers.Callable(logging.getLogger, "jobq.pause"))
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
+    tracing = providers.Singleton(job_tracing, settings=settings, metrics=metrics)
     worker_pool = providers.Singleton(
         WorkerPool,
         transport=transport,
-        handler=providers.Callable(handler, settings, handler_threads),
+        handler=providers.Callable(handler, settings, handler_threads, tracing),
         policy=policy,
         concurrency=cfg.consumer.concurrency,
         buffer_size=providers.Callable(pool_buffer, settings),
@@ -289,7 +307,7 @@ class Container(containers.DeclarativeContainer):
         once=cfg.consumer.once,
         stall_timeout=cfg.consumer.stall_timeout,
         threads=handler_threads,
-        observer=metrics,
+        observer=providers.Callable(observer, metrics, tracing),
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
         pause=pause_watch,
     )
@@ -321,9 +339,15 @@ async def get_transport(container: Container) -> Transport:
 
 
 async def get_publisher(container: Container) -> Publisher:
-    """The configured publisher (not yet opened)."""
+    """The configured publisher (not yet opened); with tracing on, its enqueues open spans and
+    carry their context in the jobs' headers (jobq.tracing)."""
     await connect(container)
     publisher: Publisher = await resolve(container.publisher())
+    settings: Settings = container.settings()
+    if settings.tracing.enabled:
+        from jobq.tracing import TracedPublisher
+
+        return TracedPublisher(publisher, system=settings.transport, queue=settings.queue)
     return publisher
 
 
