@@ -219,6 +219,27 @@ def admin_parser() -> argparse.ArgumentParser:
     dead.add_argument("--limit", type=int, default=100)
     dead.add_argument("--json", action="store_true")
     _jobs_parser(sub)
+    board = sub.add_parser(
+        "dashboard", help="a web page over the queues: depth, jobs, dead letters, actions",
+        description="Serve a web dashboard over one or more queues (one --config each, on either "
+                    "backend): depth by state, pause, a chart of the waiting jobs, jobs by state "
+                    "with search by id and kind, each job's payload, headers, attempts, error and "
+                    "times, and actions: pause and resume, cancel, retry now, requeue and purge "
+                    "dead letters. It binds 127.0.0.1 unless told otherwise. Every action needs "
+                    "dashboard.token (give it as JOBQ_DASHBOARD__TOKEN): a login with it sets a "
+                    "session cookie, and every form carries a token against cross-site "
+                    "requests. Without a token, or with --read-only, it only shows. A backend "
+                    "that does not answer shows as a banner on its queue; the next page load "
+                    "tries it again. On RabbitMQ the jobs it can list are the dead ones (`jobq "
+                    "jobs --help` says why).")
+    board.add_argument("--config", "-c", action="append", dest="configs", metavar="CONFIG",
+                       help="a queue's config (repeatable: several queues, either backend; "
+                            "default $JOBQ_CONFIG)")
+    board.add_argument("--queue", "-q", help="the queue, for a single --config")
+    board.add_argument("--host", help="address to listen on (default dashboard.host: 127.0.0.1)")
+    board.add_argument("--port", type=int, help="port (default dashboard.port: 9820)")
+    board.add_argument("--read-only", action="store_true", help="show, never act")
+    board.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     move = sub.add_parser(
         "move", help="move a queue's pending or dead jobs to the other backend",
         description="Move the queue's waiting (--state pending: due and delayed) or dead jobs "
@@ -327,6 +348,33 @@ def _jobs_parser(sub: Any) -> None:
     jobs.add_argument("--json", action="store_true")
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    """``jobq dashboard``: one Settings per --config."""
+    from jobq.config import load_settings
+    from jobq.logs import configure
+
+    try:
+        # One try per page load: a server that is down shows as a banner at once, and the
+        # next page load tries it again (dashboard/sources.py), instead of each page waiting
+        # out connect.attempts of backoff.
+        once = {"connect.attempts": 1, **({"queue": args.queue} if args.queue else {})}
+        configs = [load_settings(path, once) for path in (args.configs or [None])]
+        first = configs[0]
+        configure(args.log_level or first.log.level, first.log.format,
+                  transport=first.transport, queue=first.queue)
+        from jobq import commands
+
+        return asyncio.run(commands.dashboard(
+            configs, host=args.host or first.dashboard.host,
+            port=first.dashboard.port if args.port is None else args.port,
+            read_only=args.read_only))
+    except ConfigError as exc:
+        print(f"jobq: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_FORCED
+
+
 def _exit_quietly(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
 
@@ -366,6 +414,8 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     from jobq import commands
 
+    if args.command == "dashboard":
+        return _dashboard(args)
     if args.command == "move":
         if args.source == args.target or args.batch < 1:
             print("jobq: config error: " + ("--to: the other backend than --from"

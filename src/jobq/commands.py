@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -22,6 +23,7 @@ from jobq.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.config import Settings
 from jobq.container import (
     Container,
+    admin_of,
     get_admin,
     get_metrics,
     get_publisher,
@@ -31,6 +33,7 @@ from jobq.container import (
     moving,
     relaying,
     schema_sql,
+    server_address,
 )
 from jobq.durations import format_duration
 from jobq.errors import ConfigError
@@ -195,6 +198,33 @@ async def move_jobs(settings: Settings, args: argparse.Namespace) -> int:
              if report.renamed else "")
           + (f"; {report.left} left in {args.source}: not jobs (the log says why)"
              if report.left else ""))
+    return 0
+
+
+async def dashboard(configs: list[Settings], *, host: str, port: int, read_only: bool) -> int:
+    """``jobq dashboard``: serve the pages of every configured queue until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    from jobq.dashboard.app import build
+    from jobq.dashboard.security import Guard
+    from jobq.dashboard.sources import Source, sampling
+
+    sources = [Source(name=f"{s.transport}/{s.queue}", transport=s.transport, queue=s.queue,
+                      address=server_address(s), opener=functools.partial(admin_of, s))
+               for s in configs]
+    first = configs[0].dashboard
+    guard = Guard(first.token, read_only=read_only or first.read_only)
+    app = build(sources, guard)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           lifespan="off"))
+    log.info("dashboard on http://%s:%d/ for %s%s", host, port,
+             ", ".join(s.name for s in sources), " (read-only)" if guard.read_only else "")
+    try:
+        async with sampling(sources):
+            await server.serve()
+    finally:
+        for src in sources:
+            await src.close()
     return 0
 
 

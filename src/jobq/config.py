@@ -222,6 +222,18 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DashboardConfig:
+    """``jobq dashboard``: where it listens, and the token its actions need."""
+
+    host: str = "127.0.0.1"
+    port: int = 9820
+    # Every action (pause, cancel, requeue, ...) needs it; empty: the dashboard is read-only.
+    # Give it through JOBQ_DASHBOARD__TOKEN rather than in a file.
+    token: str = field(default="", repr=False)
+    read_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class TracingConfig:
     """OpenTelemetry traces (the ``otel`` extra): off unless asked for, and then free of cost
     only in that nothing else changes. The application configures the SDK and exporter."""
@@ -254,6 +266,7 @@ class Settings:
     rabbitmq: RabbitConfig = field(default_factory=RabbitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     tracing: TracingConfig = field(default_factory=TracingConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     log: LogConfig = field(default_factory=LogConfig)
     # name -> {cron | every, kind, payload, timezone, queue, max_attempts}: see jobq.schedules
     schedules: dict[str, Any] = field(default_factory=dict)
@@ -301,6 +314,7 @@ _RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
+    "dashboard.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.kinds": (lambda v: len(v) <= 100 and all(isinstance(k, str) and k and k != "other"
                                                       and len(k) <= 200 for k in v),
                       "at most 100 kinds, each a non-empty text of at most 200 characters "

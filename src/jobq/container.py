@@ -416,6 +416,30 @@ async def moving(container: Container, source: str) -> AsyncIterator[tuple[Sourc
     yield (pg, rabbit) if source == "postgres" else (rabbit, pg)
 
 
+def server_address(settings: Settings) -> str:
+    """``host:port`` of the configured backend's server (for messages: never a password)."""
+    if settings.transport == "postgres":
+        from jobq.transports.postgres.connect import server_address as pg_address
+
+        return pg_address(settings.postgres.dsn)
+    from jobq.transports.rabbitmq.connect import server_address as amqp_address
+
+    return amqp_address(settings.rabbitmq.url)
+
+
+@contextlib.asynccontextmanager
+async def admin_of(settings: Settings) -> AsyncIterator[Admin]:
+    """The backend's admin for ``settings``, its connection closed on the way out (the
+    dashboard opens one per queue it shows, and again after a failure)."""
+    container = Container(settings=settings)
+    try:
+        yield await get_admin(container)
+    finally:
+        closing = container.shutdown_resources()
+        if inspect.isawaitable(closing):
+            await closing
+
+
 def schema_sql(settings: Settings) -> str:
     """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
     if settings.transport != "postgres":

@@ -1,0 +1,148 @@
+"""The queues a dashboard shows: each one's Admin, opened on first use and again after a failure."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from jobq.errors import ConfigError, TransportError, describe
+from jobq.transport import Admin
+
+T = TypeVar("T")
+CALL_TIMEOUT = 10.0  # seconds one backend call of a page may take
+RETRY_AFTER = 5.0  # a source that failed is not tried again sooner
+SAMPLE_EVERY = 5.0  # seconds between depth samples (the chart)
+SAMPLES = 120  # kept: ten minutes at SAMPLE_EVERY
+
+Opener = Callable[[], contextlib.AbstractAsyncContextManager[Admin]]
+log = logging.getLogger("jobq.dashboard")
+
+
+class SourceDown(Exception):
+    """The backend of a source did not answer; the text says why (no password in it)."""
+
+
+@dataclass
+class Source:
+    """One queue on one backend, as configured for the dashboard."""
+
+    name: str  # "<transport>/<queue>", unique on the page
+    transport: str
+    queue: str
+    address: str  # where its server is, for the banner
+    opener: Opener
+    history: collections.deque[tuple[float, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=SAMPLES))
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _stack: contextlib.AsyncExitStack | None = None
+    _admin: Admin | None = None
+    _failed_at: float = 0.0
+    _problem: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the last call failed (None while the backend answers)."""
+        return self._problem
+
+    async def call(self, use: Callable[[Admin], Awaitable[T]]) -> T:
+        """``use(admin)`` within CALL_TIMEOUT; SourceDown if the backend does not answer.
+
+        ConfigError (an unknown id, a state the backend cannot list) passes through: the
+        backend answered, the request was wrong.
+        """
+        admin = await self._open()
+        try:
+            return await asyncio.wait_for(use(admin), CALL_TIMEOUT)
+        except ConfigError:
+            raise
+        except (TransportError, TimeoutError, OSError) as exc:
+            await self._down(describe(exc) if not isinstance(exc, TimeoutError) else
+                             f"no answer within {CALL_TIMEOUT:g}s")
+            raise SourceDown(self._problem or "unreachable") from exc
+        except Exception as exc:  # a bug below: logged in full, and the page still renders
+            log.error("%s: the dashboard's call failed unexpectedly", self.name, exc_info=exc)
+            await self._down(describe(exc))
+            raise SourceDown(self._problem or "failed") from exc
+
+    async def _open(self) -> Admin:
+        if self._admin is not None:
+            return self._admin
+        async with self._opening:  # a page and the sampler at once open it once
+            return await self._open_now()
+
+    async def _open_now(self) -> Admin:
+        if self._admin is not None:
+            return self._admin
+        if self._problem and time.monotonic() - self._failed_at < RETRY_AFTER:
+            raise SourceDown(self._problem)
+        stack = contextlib.AsyncExitStack()
+        try:
+            admin = await asyncio.wait_for(stack.enter_async_context(self.opener()),
+                                           CALL_TIMEOUT)
+        except (TransportError, ConfigError, TimeoutError, OSError) as exc:
+            await stack.aclose()
+            await self._down(describe(exc) if not isinstance(exc, TimeoutError) else
+                             f"no answer within {CALL_TIMEOUT:g}s")
+            raise SourceDown(self._problem or "unreachable") from exc
+        except Exception as exc:
+            log.error("%s: opening its backend failed unexpectedly", self.name, exc_info=exc)
+            await stack.aclose()
+            await self._down(describe(exc))
+            raise SourceDown(self._problem or "failed") from exc
+        self._stack, self._admin, self._problem = stack, admin, None
+        return admin
+
+    async def _down(self, why: str) -> None:
+        self._problem, self._failed_at = why, time.monotonic()
+        stack, self._stack, self._admin = self._stack, None, None
+        if stack is not None:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+
+    async def close(self) -> None:
+        """Close the backend's connection."""
+        await self._down("closed")
+
+    async def sample(self) -> None:
+        """Note how many jobs wait now (the chart); a failure only leaves a gap."""
+        with contextlib.suppress(SourceDown):
+            depth = await self.call(lambda a: a.depth())
+            waiting = sum(n or 0 for state, n in depth.depth.items()
+                          if state in ("pending", "ready", "retry"))
+            self.history.append((time.time(), waiting))
+
+
+@contextlib.asynccontextmanager
+async def sampling(sources: list[Source]) -> AsyncIterator[None]:
+    """Sample every source's depth every SAMPLE_EVERY seconds while inside."""
+    async def loop() -> None:
+        while True:
+            await asyncio.gather(*(s.sample() for s in sources))
+            await asyncio.sleep(SAMPLE_EVERY)
+
+    task = asyncio.create_task(loop(), name="jobq-dashboard-samples")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def points(history: collections.deque[tuple[float, int]], width: int = 600, height: int = 120
+           ) -> dict[str, Any]:
+    """The chart's polyline (SVG coordinates) and its scale, from the samples."""
+    if len(history) < 2:
+        return {"points": "", "top": 0, "minutes": 0}
+    first, last = history[0][0], history[-1][0]
+    span = max(last - first, 1e-9)
+    top = max(1, max(n for _, n in history))
+    coords = " ".join(f"{(t - first) / span * width:.1f},{height - n / top * height:.1f}"
+                      for t, n in history)
+    return {"points": coords, "top": top, "minutes": round(span / 60, 1)}
