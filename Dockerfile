@@ -14,7 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 RUN mkdir -p src/jobq \
     && touch src/jobq/__init__.py \
-    && pip install . \
+    && pip install ".[dashboard]" \
     && pip uninstall -y jobq \
     && rm -rf src build
 

@@ -235,7 +235,11 @@ def admin_parser() -> argparse.ArgumentParser:
     board.add_argument("--config", "-c", action="append", dest="configs", metavar="CONFIG",
                        help="a queue's config (repeatable: several queues, either backend; "
                             "default $JOBQ_CONFIG)")
-    board.add_argument("--queue", "-q", help="the queue, for a single --config")
+    board.add_argument("--transport", "-t", action="append", dest="transports",
+                       choices=("postgres", "rabbitmq"),
+                       help="a backend (repeatable): each --config's queue on each one given "
+                            "(default: the config's transport)")
+    board.add_argument("--queue", "-q", help="the queue, for every --config")
     board.add_argument("--host", help="address to listen on (default dashboard.host: 127.0.0.1)")
     board.add_argument("--port", type=int, help="port (default dashboard.port: 9820)")
     board.add_argument("--read-only", action="store_true", help="show, never act")
@@ -358,7 +362,8 @@ def _dashboard(args: argparse.Namespace) -> int:
         # next page load tries it again (dashboard/sources.py), instead of each page waiting
         # out connect.attempts of backoff.
         once = {"connect.attempts": 1, **({"queue": args.queue} if args.queue else {})}
-        configs = [load_settings(path, once) for path in (args.configs or [None])]
+        configs = [load_settings(path, {**once, **({"transport": t} if t else {})})
+                   for path in (args.configs or [None]) for t in (args.transports or [None])]
         first = configs[0]
         configure(args.log_level or first.log.level, first.log.format,
                   transport=first.transport, queue=first.queue)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from jobq import Job, PermanentError, cli, config
-from jobq.config import Settings
+from jobq.config import Settings, load_settings
 from jobq.job import Outcome
 from jobq.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.processor import load_processor
@@ -73,6 +73,19 @@ def test_every_command_is_a_valid_jobq_invocation(service: str,
     assert commands, f"{service} runs nothing"
     for argv in commands:
         args = composefile.parse(argv)  # SystemExit(2) on a bad flag
+        if argv[:2] == ("jobq", "dashboard"):  # one source per --config and --transport
+            assert sorted(args.transports) == ["postgres", "rabbitmq"], argv
+            assert args.host == "0.0.0.0"  # in its container; the port maps to the loopback
+            assert SERVICES[service]["ports"] == ["127.0.0.1:9820:9820"]
+            for transport in args.transports:
+                for key in [k for k in os.environ if k.startswith("JOBQ_")]:
+                    monkeypatch.delenv(key)
+                for key, value in composefile.service_env(SERVICES[service], {}).items():
+                    monkeypatch.setenv(key, value)
+                monkeypatch.chdir(ROOT)
+                settings = load_settings(args.configs[0], {"transport": transport})
+                assert settings.source == "configs/compose.yaml"
+            continue
         assert args.transport, f"{' '.join(argv)}: name the transport explicitly"
         settings = settings_for(service, argv, monkeypatch)
         assert settings.source == "configs/compose.yaml"
@@ -144,11 +157,12 @@ def test_mounted_files_exist(service: str) -> None:
 @pytest.mark.parametrize("service", JOBQ_SERVICES)
 def test_config_files_are_mounted_where_the_commands_look(service: str) -> None:
     for argv in composefile.jobq_commands(SERVICES[service]):
-        config = composefile.parse(argv).config
-        host = in_container(service, APP / config)
-        assert host is not None and host.is_file(), f"{service}: {config} is not mounted"
-        extends = yaml.safe_load(host.read_text()).get("extends")
-        assert extends is None or (host.parent / extends).is_file()
+        args = composefile.parse(argv)
+        for path in getattr(args, "configs", None) or [args.config]:  # dashboard: several
+            host = in_container(service, APP / path)
+            assert host is not None and host.is_file(), f"{service}: {path} is not mounted"
+            extends = yaml.safe_load(host.read_text()).get("extends")
+            assert extends is None or (host.parent / extends).is_file()
 
 
 def test_grafana_provisioning_points_at_mounted_files() -> None:
@@ -271,7 +285,8 @@ def test_dockerfile_is_slim_non_root_and_caches_dependencies() -> None:
     users = [args for op, args in steps if op == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     ops = [f"{op} {args}" for op, args in steps]
-    deps = next(i for i, s in enumerate(ops) if s.startswith("RUN") and "pip install ." in s)
+    deps = next(i for i, s in enumerate(ops) if s.startswith("RUN") and (
+        "pip install ." in s or 'pip install ".[' in s))
     code = next(i for i, s in enumerate(ops) if s.startswith("COPY src"))
     assert deps < code, "dependencies must be installed before the source is copied"
     assert all(src in ("pyproject.toml", "README.md") for src in ops[deps - 1].split()[1:-1])
