@@ -243,6 +243,9 @@ def admin_parser() -> argparse.ArgumentParser:
     board.add_argument("--host", help="address to listen on (default dashboard.host: 127.0.0.1)")
     board.add_argument("--port", type=int, help="port (default dashboard.port: 9820)")
     board.add_argument("--read-only", action="store_true", help="show, never act")
+    board.add_argument("--metrics", action="append", metavar="URL",
+                       help="a consumer's /metrics URL (repeatable): the pages chart each "
+                            "queue's jobs done per second from them (default dashboard.metrics)")
     board.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     move = sub.add_parser(
         "move", help="move a queue's pending or dead jobs to the other backend",
@@ -372,7 +375,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         return asyncio.run(commands.dashboard(
             configs, host=args.host or first.dashboard.host,
             port=first.dashboard.port if args.port is None else args.port,
-            read_only=args.read_only))
+            read_only=args.read_only, metrics=args.metrics or []))
     except ConfigError as exc:
         print(f"jobq: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -201,26 +201,28 @@ async def move_jobs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def dashboard(configs: list[Settings], *, host: str, port: int, read_only: bool) -> int:
+async def dashboard(configs: list[Settings], *, host: str, port: int, read_only: bool,
+                    metrics: list[str]) -> int:
     """``jobq dashboard``: serve the pages of every configured queue until SIGTERM or Ctrl-C."""
     import uvicorn
 
     from jobq.dashboard.app import build
     from jobq.dashboard.security import Guard
-    from jobq.dashboard.sources import Source, sampling
+    from jobq.dashboard.sources import Source, Throughput, sampling
 
     sources = [Source(name=f"{s.transport}/{s.queue}", transport=s.transport, queue=s.queue,
                       address=server_address(s), opener=functools.partial(admin_of, s))
                for s in configs]
     first = configs[0].dashboard
     guard = Guard(first.token, read_only=read_only or first.read_only)
-    app = build(sources, guard)
+    urls = metrics or first.metrics
+    app = build(sources, guard, throughput=bool(urls))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            lifespan="off"))
     log.info("dashboard on http://%s:%d/ for %s%s", host, port,
              ", ".join(s.name for s in sources), " (read-only)" if guard.read_only else "")
     try:
-        async with sampling(sources):
+        async with sampling(sources, first.sample_interval, Throughput(urls) if urls else None):
             await server.serve()
     finally:
         for src in sources:

@@ -231,6 +231,10 @@ class DashboardConfig:
     # Give it through JOBQ_DASHBOARD__TOKEN rather than in a file.
     token: str = field(default="", repr=False)
     read_only: bool = False
+    # The consumers' /metrics URLs: the throughput chart (jobq_jobs_total, outcome ok, by
+    # transport and queue). Empty: the chart shows the waiting jobs only.
+    metrics: list[str] = field(default_factory=list)
+    sample_interval: float = 5.0  # seconds between the chart's samples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,6 +319,9 @@ _RULES: dict[str, tuple[Any, str]] = {
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
     "dashboard.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
+    "dashboard.sample_interval": (lambda v: v > 0, "> 0"),
+    "dashboard.metrics": (lambda v: all(isinstance(u, str) and u.startswith(("http://", "https://"))
+                                        for u in v), "a list of http(s):// URLs"),
     "metrics.kinds": (lambda v: len(v) <= 100 and all(isinstance(k, str) and k and k != "other"
                                                       and len(k) <= 200 for k in v),
                       "at most 100 kinds, each a non-empty text of at most 200 characters "

@@ -150,3 +150,30 @@ def test_read_only_and_a_backend_down(schema: str, queue_name: str, amqp_url: st
     assert TOKEN not in err  # never printed
 
 
+
+
+def test_the_throughput_chart_comes_from_the_consumers_metrics(schema: str, queue_name: str,
+                                                               amqp_url: str) -> None:
+    env = schema_env(schema, JOBQ_DASHBOARD__SAMPLE_INTERVAL="0.5")
+    pg = Backend("postgres", queue_name, dict(env), schema=schema)
+    rabbit = Backend("rabbitmq", queue_name, dict(env))
+    assert rabbit.run("jobq", "init").returncode == 0
+    port = free_port()
+    consumer = pg.start("consumer", "-p", "noop", "--metrics-port", str(port))
+    producer = pg.start("producer", "--count", "3000", "--rate", "300")
+    dashboard = Dashboard(queue_name, env, "--metrics", f"http://127.0.0.1:{port}/metrics")
+    try:
+        def charted() -> bool:
+            page = dashboard.client.get("/queues/0").text
+            match = re.search(r"jobs done per second \(the consumers&#39; metrics\) over the "
+                              r"last [0-9.]+ min \(top ([0-9.]+)\)", page)
+            return match is not None and float(match.group(1)) > 50
+        assert wait_until(charted, 20, step=0.5), dashboard.client.get("/queues/0").text[-3000:]
+        home = dashboard.client.get("/").text
+        assert "done per second" in home and "waiting jobs over the last" in home
+    finally:
+        dashboard.stop()
+        for process in (producer, consumer):
+            process.terminate()
+            process.communicate(timeout=30)
+        rabbit.cleanup()

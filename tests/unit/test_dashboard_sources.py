@@ -77,3 +77,39 @@ def test_chart_points_scale_to_the_box() -> None:
     assert points(empty)["points"] == ""
     chart = points(collections.deque([(0.0, 0), (30.0, 10), (60.0, 5)]))
     assert chart["points"] == "0.0,120.0 300.0,0.0 600.0,60.0" and chart["top"] == 10
+
+
+async def test_throughput_is_the_counters_rise_and_unknown_across_a_restart_or_a_gap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: dict[str, Any] = {}
+
+    def scrape(url: str) -> dict[tuple[str, str], float]:
+        answer = answers[url]
+        if isinstance(answer, Exception):
+            raise answer
+        return {("postgres", "q"): answer}
+
+    monkeypatch.setattr(sources, "scrape_done", scrape)
+    clock = [1000.0]
+    monkeypatch.setattr(sources.time, "time", lambda: clock[0])
+
+    @contextlib.asynccontextmanager
+    async def never() -> AsyncIterator[Any]:
+        raise AssertionError("not opened")
+        yield
+
+    src = Source(name="postgres/q", transport="postgres", queue="q", address="-", opener=never)
+    meter = sources.Throughput(["a", "b"])
+    answers.update(a=100.0, b=50.0)
+    await meter.sample([src])  # the first sample only sets the base
+    clock[0] += 5
+    answers.update(a=600.0, b=300.0)  # 500 + 250 in 5 s
+    await meter.sample([src])
+    assert [r for _, r in src.rates] == [150.0]
+    clock[0] += 5
+    answers.update(a=10.0, b=400.0)  # a restarted: its counter went back
+    await meter.sample([src])
+    clock[0] += 5
+    answers.update(a=OSError("refused"), b=500.0)  # a did not answer
+    await meter.sample([src])
+    assert [r for _, r in src.rates] == [150.0]  # neither gave a (wrong) rate

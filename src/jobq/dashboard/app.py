@@ -27,9 +27,10 @@ _TEMPLATES.filters["pretty"] = lambda value: json.dumps(value, indent=2, default
                                                         ensure_ascii=False)
 
 
-def build(sources: list[Source], guard: Guard) -> Starlette:
-    """The app: ``/``, ``/queues/{n}``, ``/queues/{n}/jobs/{id}``, ``/login``, actions."""
-    pages = Pages(sources, guard)
+def build(sources: list[Source], guard: Guard, throughput: bool = False) -> Starlette:
+    """The app: ``/``, ``/queues/{n}``, ``/queues/{n}/jobs/{id}``, ``/login``, actions;
+    ``throughput``: the consumers' metrics are read, so the pages chart jobs done per second."""
+    pages = Pages(sources, guard, throughput)
     return Starlette(routes=[
         Route("/", pages.overview),
         Route("/queues/{n:int}", pages.queue),
@@ -43,9 +44,10 @@ def build(sources: list[Source], guard: Guard) -> Starlette:
 class Pages:
     """Each route's handler; every backend call goes through its ``Source``."""
 
-    def __init__(self, sources: list[Source], guard: Guard) -> None:
+    def __init__(self, sources: list[Source], guard: Guard, throughput: bool = False) -> None:
         self._sources = sources
         self._guard = guard
+        self._throughput = throughput
 
     def _page(self, request: Request, template: str, status: int = 200,
               **values: Any) -> Response:
@@ -57,6 +59,10 @@ class Pages:
             **values)
         return HTMLResponse(body, status_code=status)
 
+    def _rate(self, src: Source) -> dict[str, Any] | None:
+        """The throughput chart, when the consumers' metrics are read (dashboard.metrics)."""
+        return points(src.rates) if self._throughput else None
+
     def _source(self, request: Request) -> tuple[int, Source] | None:
         index = int(request.path_params["n"])
         return (index, self._sources[index]) if 0 <= index < len(self._sources) else None
@@ -65,7 +71,8 @@ class Pages:
         """Every queue: depth by state, oldest waiting, paused, the chart; banners for the down."""
         rows = []
         for n, src in enumerate(self._sources):
-            row: dict[str, Any] = {"n": n, "source": src, "chart": points(src.history)}
+            row: dict[str, Any] = {"n": n, "source": src, "waiting": points(src.history),
+                                   "rate": self._rate(src)}
             try:
                 row["depth"] = await src.call(lambda a: a.depth())
                 row["paused"] = await src.call(lambda a: a.pause_state())
@@ -87,7 +94,8 @@ class Pages:
         state = request.query_params.get("state", default)
         kind = request.query_params.get("kind", "").strip() or None
         values: dict[str, Any] = {"n": n, "src": src, "state": state, "kind": kind or "",
-                                  "states": JOB_STATES, "chart": points(src.history)}
+                                  "states": JOB_STATES, "waiting": points(src.history),
+                                  "rate": self._rate(src)}
         try:
             values["depth"] = await src.call(lambda a: a.depth())
             values["paused"] = await src.call(lambda a: a.pause_state())

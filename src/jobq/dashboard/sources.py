@@ -7,9 +7,12 @@ import collections
 import contextlib
 import logging
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobq.errors import ConfigError, TransportError, describe
 from jobq.transport import Admin
@@ -19,6 +22,7 @@ CALL_TIMEOUT = 10.0  # seconds one backend call of a page may take
 RETRY_AFTER = 5.0  # a source that failed is not tried again sooner
 SAMPLE_EVERY = 5.0  # seconds between depth samples (the chart)
 SAMPLES = 120  # kept: ten minutes at SAMPLE_EVERY
+SCRAPE_TIMEOUT = 2.0  # seconds a consumer's /metrics may take
 
 Opener = Callable[[], contextlib.AbstractAsyncContextManager[Admin]]
 log = logging.getLogger("jobq.dashboard")
@@ -38,6 +42,9 @@ class Source:
     address: str  # where its server is, for the banner
     opener: Opener
     history: collections.deque[tuple[float, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=SAMPLES))
+    # Jobs done per second, from the consumers' metrics (Throughput), when configured.
+    rates: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=SAMPLES))
     _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     _stack: contextlib.AsyncExitStack | None = None
@@ -118,13 +125,62 @@ class Source:
             self.history.append((time.time(), waiting))
 
 
+def scrape_done(url: str) -> dict[tuple[str, str], float]:
+    """``jobq_jobs_total{outcome="ok"}`` of one consumer's /metrics, by (transport, queue)."""
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT) as answer:
+        text = answer.read().decode("utf-8", "replace")
+    done: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "jobq_jobs_total" and sample.labels.get("outcome") == "ok":
+                key = (sample.labels.get("transport", ""), sample.labels.get("queue", ""))
+                done[key] = done.get(key, 0.0) + sample.value
+    return done
+
+
+class Throughput:
+    """Jobs done per second by queue, from the consumers' counters (``dashboard.metrics``).
+
+    Each sample adds up ``jobq_jobs_total{outcome="ok"}`` over every consumer that answered and
+    compares it with the last sample's; a consumer that did not answer, or whose counter went
+    back (it restarted), makes that one rate unknown rather than wrong.
+    """
+
+    def __init__(self, urls: list[str]) -> None:
+        self._urls = urls
+        self._last: tuple[float, dict[str, dict[tuple[str, str], float]]] | None = None
+
+    async def sample(self, sources: list[Source]) -> None:
+        """Scrape every URL; append each source's rate to its ``rates``."""
+        if not self._urls:
+            return
+        now = time.time()
+        got = await asyncio.gather(*(asyncio.to_thread(scrape_done, u) for u in self._urls),
+                                   return_exceptions=True)
+        totals = {url: r for url, r in zip(self._urls, got, strict=True)
+                  if not isinstance(r, BaseException)}
+        last, self._last = self._last, (now, totals)
+        if last is None:
+            return
+        then, before = last
+        for src in sources:
+            key = (src.transport, src.queue)
+            pairs = [(before[u].get(key, 0.0), totals[u].get(key, 0.0)) for u in totals
+                     if u in before]
+            if len(pairs) != len(self._urls) or any(b > a for b, a in pairs):
+                continue  # a consumer missing from either sample, or restarted: no rate
+            src.rates.append((now, round(sum(a - b for b, a in pairs) / (now - then), 1)))
+
+
 @contextlib.asynccontextmanager
-async def sampling(sources: list[Source]) -> AsyncIterator[None]:
-    """Sample every source's depth every SAMPLE_EVERY seconds while inside."""
+async def sampling(sources: list[Source], every: float = SAMPLE_EVERY,
+                   throughput: Throughput | None = None) -> AsyncIterator[None]:
+    """Sample every source's depth (and, with ``throughput``, its rate) every ``every`` s."""
     async def loop() -> None:
         while True:
-            await asyncio.gather(*(s.sample() for s in sources))
-            await asyncio.sleep(SAMPLE_EVERY)
+            await asyncio.gather(*(s.sample() for s in sources),
+                                 *([throughput.sample(sources)] if throughput else []))
+            await asyncio.sleep(every)
 
     task = asyncio.create_task(loop(), name="jobq-dashboard-samples")
     try:
@@ -135,14 +191,14 @@ async def sampling(sources: list[Source]) -> AsyncIterator[None]:
             await task
 
 
-def points(history: collections.deque[tuple[float, int]], width: int = 600, height: int = 120
-           ) -> dict[str, Any]:
+def points(history: collections.deque[tuple[float, int]] | collections.deque[tuple[float, float]],
+           width: int = 600, height: int = 120) -> dict[str, Any]:
     """The chart's polyline (SVG coordinates) and its scale, from the samples."""
     if len(history) < 2:
         return {"points": "", "top": 0, "minutes": 0}
     first, last = history[0][0], history[-1][0]
     span = max(last - first, 1e-9)
-    top = max(1, max(n for _, n in history))
+    top = max(1.0, max(n for _, n in history))
     coords = " ".join(f"{(t - first) / span * width:.1f},{height - n / top * height:.1f}"
                       for t, n in history)
     return {"points": coords, "top": top, "minutes": round(span / 60, 1)}
