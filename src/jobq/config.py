@@ -163,6 +163,9 @@ class RabbitConfig:
     """The RabbitMQ transport."""
 
     url: str = field(default="amqp://guest:guest@127.0.0.1:5672/", repr=False)
+    # A cluster's nodes, tried in turn at each connect and reconnect (the first that answers
+    # is used); empty: `url` alone. Give each node's user and password as in `url`.
+    urls: list[str] = field(default_factory=list, repr=False)
     exchange: str = "jobq"
     queue_type: Literal["quorum", "classic"] = "quorum"
     # <q>.dead: classic, so no delivery limit applies to it on any broker version (RabbitMQ 4.x
@@ -198,9 +201,17 @@ class RabbitConfig:
     @property
     def connect_url(self) -> str:
         """The URL to connect with: ``ca_file`` added as the ``cafile`` query parameter."""
-        if not self.ca_file or "cafile=" in self.url:
-            return self.url
-        return f"{self.url}{'&' if '?' in self.url else '?'}cafile={quote(self.ca_file)}"
+        return self.connect_urls[0]
+
+    @property
+    def connect_urls(self) -> list[str]:
+        """Every node's URL to connect with (``urls``, else ``url``), ``ca_file`` added."""
+        return [self._with_ca(url) for url in (self.urls or [self.url])]
+
+    def _with_ca(self, url: str) -> str:
+        if not self.ca_file or "cafile=" in url:
+            return url
+        return f"{url}{'&' if '?' in url else '?'}cafile={quote(self.ca_file)}"
 
     @property
     def safe_url(self) -> str:
@@ -304,6 +315,8 @@ _RULES: dict[str, tuple[Any, str]] = {
     "postgres.network_timeout": (lambda v: v >= 0, ">= 0 (0: 10 s, at most half the lease)"),
     "postgres.retention.batch": (lambda v: 1 <= v <= 100_000, "between 1 and 100000 (rows)"),
     "rabbitmq.url": (lambda v: v.startswith(("amqp://", "amqps://")), "an amqp:// or amqps:// URL"),
+    "rabbitmq.urls": (lambda v: all(isinstance(u, str) and u.startswith(("amqp://", "amqps://"))
+                                    for u in v), "a list of amqp:// or amqps:// URLs"),
     "rabbitmq.publish_timeout": (lambda v: v > 0, "> 0 (seconds)"),
     "rabbitmq.heartbeat": (lambda v: 0 <= v < 65535, "0 (aiormq's 60 s) to 65534 (seconds)"),
     "rabbitmq.exchange": (NAME_RE.match, "letters, digits, '_', '.', '-'"),
@@ -415,7 +428,7 @@ def _build(cls: Any, data: Mapping[str, Any], prefix: str, source: str) -> Any:
         value = _coerce(value, hints[name], key, source)
         rule = _RULES.get(key)
         if rule is not None and not rule[0](value):
-            shown = "***" if key in ("postgres.dsn", "rabbitmq.url") else repr(value)
+            shown = "***" if key in ("postgres.dsn", "rabbitmq.url", "rabbitmq.urls") else repr(value)
             raise ConfigError(f"bad value {shown}: must be {rule[1]}", key=key, source=source)
         kwargs[name] = value
     return cls(**kwargs)
@@ -552,7 +565,8 @@ def load_settings(
                           "quorum queues have no x-max-priority on RabbitMQ 3.10; or keep "
                           "prioritised jobs on PostgreSQL", key="rabbitmq.max_priority",
                           source=source)
-    if settings.rabbitmq.ca_file and not settings.rabbitmq.url.startswith("amqps://"):
+    if settings.rabbitmq.ca_file and not all(u.startswith("amqps://")
+                                             for u in settings.rabbitmq.urls or [settings.rabbitmq.url]):
         raise ConfigError("a CA file is only used with TLS: the url must be amqps://",
                           key="rabbitmq.ca_file", source=source)
     return dataclasses.replace(settings, source=source)

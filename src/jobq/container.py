@@ -133,7 +133,7 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
     """
     from jobq.transports.rabbitmq.connect import RabbitLink
 
-    link = RabbitLink(settings.rabbitmq.connect_url, settings.connect,
+    link = RabbitLink(settings.rabbitmq.connect_urls, settings.connect,
                       role=f"{settings.queue} {role}".strip(), logger=logger,
                       heartbeat=settings.rabbitmq.heartbeat)
     try:  # an open cancelled at start-up (SIGTERM) closes what it had opened too
@@ -424,7 +424,7 @@ def server_address(settings: Settings) -> str:
         return pg_address(settings.postgres.dsn)
     from jobq.transports.rabbitmq.connect import server_address as amqp_address
 
-    return amqp_address(settings.rabbitmq.url)
+    return ", ".join(amqp_address(url) for url in settings.rabbitmq.urls or [settings.rabbitmq.url])
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -82,16 +82,19 @@ class RabbitLink:
     every new connection, so holders of channels can tell theirs are from a dead one.
     """
 
-    def __init__(self, url: str, connect: ConnectConfig, *, role: str,
+    def __init__(self, url: str | Sequence[str], connect: ConnectConfig, *, role: str,
                  logger: logging.Logger | None = None, heartbeat: int = 0) -> None:
+        urls = [url] if isinstance(url, str) else list(url)
         # rabbitmq.heartbeat, unless the url asks for its own (see with_heartbeat)
-        self._url = with_heartbeat(url, heartbeat)
+        self._urls = [with_heartbeat(u, heartbeat) for u in urls]
+        self._addresses = [server_address(u) for u in urls]
+        self._next = 0  # the node to try first: the one that answered last
         self._connect = connect
         self._role = role
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._conn: AbstractConnection | None = None
         self._lost = False  # the broker or the network closed the current connection
-        self.address = server_address(url)
+        self.address = self._addresses[0]  # the node connected to (or tried first)
         self.generation = 0
         self.blocked = False  # the broker sent connection.blocked (a resource alarm)
         self.unblocked = asyncio.Event()  # set while not blocked
@@ -115,19 +118,17 @@ class RabbitLink:
         limit = self._connect.attempts if attempts is None else attempts
         async for attempt in Backoff.from_connect(self._connect).attempts(limit):
             try:
-                conn = await aio_pika.connect(
-                    self._url, timeout=self._connect.timeout,
-                    client_properties={"connection_name": self._name()},
-                )
+                conn = await self._connect_any()
             except aiormq.exceptions.AuthenticationError as exc:
                 raise ConnectionLost(f"RabbitMQ at {self.address} refused the login "
                                      f"(check the user and password in rabbitmq.url)") from exc
             except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
+                where = ", ".join(self._addresses)
                 if attempt.last:
-                    raise ConnectionLost(f"cannot reach RabbitMQ at {self.address} after "
+                    raise ConnectionLost(f"cannot reach RabbitMQ at {where} after "
                                          f"{attempt.number} attempts: {describe_amqp(exc)}") from exc
                 self._log.warning("cannot reach RabbitMQ at %s (attempt %s): %s; retrying in %.1fs",
-                                  self.address, attempt, describe_amqp(exc), attempt.delay)
+                                  where, attempt, describe_amqp(exc), attempt.delay)
                 continue
             self._conn = conn
             self._lost = False
@@ -137,6 +138,34 @@ class RabbitLink:
             self.generation += 1
             self._log.info("connected to RabbitMQ at %s", self.address)
             return
+
+    async def _connect_any(self) -> AbstractConnection:
+        """One try of every node, from the one that answered last; the last error if none does.
+
+        A node that refuses the login fails at once (AuthenticationError): the same user and
+        password are meant for every node, so another would refuse too.
+        """
+        count = len(self._urls)
+        failure: BaseException | None = None
+        for step in range(count):
+            index = (self._next + step) % count
+            try:
+                conn = await aio_pika.connect(
+                    self._urls[index], timeout=self._connect.timeout,
+                    client_properties={"connection_name": self._name()})
+            except aiormq.exceptions.AuthenticationError:
+                self.address = self._addresses[index]
+                raise
+            except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
+                failure = exc
+                if count > 1:
+                    self._log.info("RabbitMQ node %s does not answer (%s); trying the next",
+                                   self._addresses[index], describe_amqp(exc))
+                continue
+            self._next, self.address = index, self._addresses[index]
+            return conn
+        assert failure is not None
+        raise failure
 
     async def reopen(self) -> None:
         """Drop the current connection (if any) and connect again, retrying until cancelled."""
