@@ -213,10 +213,11 @@ async def dashboard(configs: list[Settings], *, host: str, port: int, read_only:
     sources = [Source(name=f"{s.transport}/{s.queue}", transport=s.transport, queue=s.queue,
                       address=server_address(s), opener=functools.partial(admin_of, s))
                for s in configs]
-    first = configs[0].dashboard
-    guard = Guard(first.token, read_only=read_only or first.read_only)
+    first = configs[0].dashboard  # the token, the charts: the first config's dashboard section
+    guard = Guard(first.token, read_only=read_only or any(c.dashboard.read_only for c in configs))
     urls = metrics or first.metrics
-    app = build(sources, guard, throughput=bool(urls))
+    hosts = [*first.allowed_hosts, *([] if host in ("0.0.0.0", "::", "") else [host])]
+    app = build(sources, guard, throughput=bool(urls), hosts=hosts)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            lifespan="off"))
     log.info("dashboard on http://%s:%d/ for %s%s", host, port,

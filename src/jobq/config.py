@@ -242,6 +242,9 @@ class DashboardConfig:
     # Give it through JOBQ_DASHBOARD__TOKEN rather than in a file.
     token: str = field(default="", repr=False)
     read_only: bool = False
+    # Host names the pages answer to (a Host header naming another is refused: DNS rebinding);
+    # the listen address is added. Put your proxy's public name here.
+    allowed_hosts: list[str] = field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
     # The consumers' /metrics URLs: the throughput chart (jobq_jobs_total, outcome ok, by
     # transport and queue). Empty: the chart shows the waiting jobs only.
     metrics: list[str] = field(default_factory=list)
@@ -287,6 +290,11 @@ class Settings:
     schedules: dict[str, Any] = field(default_factory=dict)
     source: str = field(default="<defaults>", metadata={"internal": True})
 
+
+# Values that hold a password or a token: never shown in an error, never parsed from the
+# environment as anything but text.
+SECRETS = frozenset({"postgres.dsn", "rabbitmq.url", "rabbitmq.urls", "dashboard.token"})
+LISTS = frozenset({"rabbitmq.urls"})  # secrets given as a YAML list: parsed, still never shown
 
 # Checks beyond the type: key -> (predicate, what a good value is).
 _RULES: dict[str, tuple[Any, str]] = {
@@ -404,8 +412,9 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if (tp in (int, float) and isinstance(value, bool)) or not isinstance(value, tp):
+        shown = "***" if key in SECRETS else repr(value)
         raise ConfigError(
-            f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}", key=key, source=source
+            f"expected {_type_name(tp)}, got {type(value).__name__} {shown}", key=key, source=source
         )
     return value
 
@@ -428,7 +437,7 @@ def _build(cls: Any, data: Mapping[str, Any], prefix: str, source: str) -> Any:
         value = _coerce(value, hints[name], key, source)
         rule = _RULES.get(key)
         if rule is not None and not rule[0](value):
-            shown = "***" if key in ("postgres.dsn", "rabbitmq.url", "rabbitmq.urls") else repr(value)
+            shown = "***" if key in SECRETS else repr(value)
             raise ConfigError(f"bad value {shown}: must be {rule[1]}", key=key, source=source)
         kwargs[name] = value
     return cls(**kwargs)
@@ -528,7 +537,9 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, text in env.items():
         if name.startswith("JOBQ_") and ("__" in name or name == "JOBQ_TRANSPORT"):
-            out[name[5:].lower().replace("__", ".")] = parse_scalar(text)
+            key = name[5:].lower().replace("__", ".")
+            # A secret stays the text it is: a token of digits is no number, and is never shown.
+            out[key] = text if key in SECRETS and key not in LISTS else parse_scalar(text)
     return out
 
 

@@ -126,6 +126,22 @@ def test_find_a_dead_job_requeue_it_and_see_it_done(board: tuple[Dashboard, Back
                          follow_redirects=True)
     assert "queue paused" in paused.text and "Paused" in paused.text
 
+    # Odd input fails that request alone: an id of digits not ASCII (before: a 500 path that
+    # closed the pool and showed the queue down to everyone), an empty id for a per-job action
+    # (never "all"), a job id with a slash (a foreign producer's), a Host of another name.
+    odd = client.get("/queues/0/jobs/%C2%B2")
+    assert odd.status_code == 404 and "not a job id" in odd.text
+    assert "unreachable" not in client.get("/").text
+    empty = client.post("/queues/0/act", data={"action": "purge", "id": " ", "csrf": token},
+                        follow_redirects=True)
+    assert "which job?" in empty.text
+    asyncio.run(publish_raw(rabbit.queue, b'{"n": 2}', message_id="a/b?c", kind="odd"))
+    assert rabbit.run("consumer", "--once", "-p", "fail", "--max-attempts", "1").returncode == 0
+    listed = client.get("/queues/1", params={"state": "dead"}).text
+    assert "/queues/1/jobs/a%2Fb%3Fc" in listed
+    assert "odd" in client.get("/queues/1/jobs/a%2Fb%3Fc").text
+    assert client.get("/", headers={"Host": "evil.example"}).status_code == 400
+
 
 def test_read_only_and_a_backend_down(schema: str, queue_name: str, amqp_url: str) -> None:
     env = schema_env(schema, JOBQ_DASHBOARD__TOKEN=TOKEN,

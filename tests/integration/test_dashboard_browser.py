@@ -21,6 +21,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.conftest import PG_DSN, fetch, jobs_table, need_tool, schema_env
 from tests.contract.backends import Backend, publish_raw
@@ -81,13 +83,16 @@ def test_find_a_dead_job_see_its_error_requeue_it_see_it_done(
         links = browser.find_elements(By.LINK_TEXT, queue_name)
         assert len(links) == 2, browser.page_source[:2000]
         links[n].click()
+        WebDriverWait(browser, 20).until(expected_conditions.url_contains(f"/queues/{n}"))
         browser.find_element(By.LINK_TEXT, "dead").click()
-        row = browser.find_element(By.XPATH, "//td[text()='mail']/..")
+        row = WebDriverWait(browser, 20).until(expected_conditions.presence_of_element_located(
+            (By.XPATH, "//td[text()='mail']/..")))
         assert ("SMTPError: 550 no such user" if transport == "postgres"
                 else "PermanentError: this job always fails") in row.text, row.text
         shot(browser, tmp_path, f"queue-{transport}")
         row.find_element(By.TAG_NAME, "a").click()
-        payload = browser.find_element(By.CSS_SELECTOR, "pre.payload").text
+        payload = WebDriverWait(browser, 20).until(expected_conditions.presence_of_element_located(
+            (By.CSS_SELECTOR, "pre.payload"))).text
         assert SCRIPT in payload  # shown as text ...
         assert browser.execute_script("return document.querySelectorAll('pre script').length") == 0
         job_url = browser.current_url
@@ -96,9 +101,12 @@ def test_find_a_dead_job_see_its_error_requeue_it_see_it_done(
         browser.get(base + "/login")
         browser.find_element(By.NAME, "token").send_keys(TOKEN)
         browser.find_element(By.TAG_NAME, "form").submit()
+        WebDriverWait(browser, 20).until(expected_conditions.url_to_be(base + "/"))  # logged in
         browser.get(job_url)
         browser.find_element(By.XPATH, "//button[text()='retry now']").click()
-        assert "requeued" in browser.find_element(By.CSS_SELECTOR, ".banner.msg").text
+        banner = WebDriverWait(browser, 20).until(  # the POST, its redirect, the page
+            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".banner")))
+        assert "requeued" in banner.text, banner.text
         assert backend.run("consumer", "--once", "-p", "noop").returncode == 0
         if transport == "postgres":
             browser.get(job_url)

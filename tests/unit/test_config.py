@@ -83,3 +83,15 @@ def test_missing_file_and_bad_yaml_are_config_errors(tmp_path: Path) -> None:
         load_settings(tmp_path / "absent.yaml", env={})
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_settings(write(tmp_path, "consumer: [unclosed\n"), env={})
+
+
+def test_a_secret_from_the_environment_stays_text_and_is_never_shown() -> None:
+    from jobq.config import load_settings
+
+    settings = load_settings(None, env={"JOBQ_DASHBOARD__TOKEN": "123456"})
+    assert settings.dashboard.token == "123456"  # before: parsed as an int, refused, printed
+    settings = load_settings(None, env={"JOBQ_DASHBOARD__TOKEN": "yes"})
+    assert settings.dashboard.token == "yes"
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"dashboard.token": 424242})
+    assert "424242" not in str(refused.value)

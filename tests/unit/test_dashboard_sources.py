@@ -65,7 +65,9 @@ def test_the_guard_wants_a_session_its_csrf_and_no_foreign_origin() -> None:
     assert guard.allows(cookie, token, "http://h:1", "h:1")
     assert not guard.allows(cookie, token, "http://evil:1", "h:1")
     assert not guard.allows(cookie, "x" * 64, None, "h:1")
-    assert not guard.allows(cookie[:-1] + "0", token, None, "h:1")  # forged cookie
+    forged = cookie[:-1] + ("1" if cookie.endswith("0") else "0")
+    assert not guard.allows(forged, token, None, "h:1")  # a forged cookie
+    assert guard.session(cookie[:-1] + "é") is None  # any character: no session, no error
     assert not guard.allows(None, token, None, "h:1")
     assert Guard("").read_only and Guard("tok", read_only=True).login("tok") is None
 
@@ -91,7 +93,7 @@ async def test_throughput_is_the_counters_rise_and_unknown_across_a_restart_or_a
 
     monkeypatch.setattr(sources, "scrape_done", scrape)
     clock = [1000.0]
-    monkeypatch.setattr(sources.time, "time", lambda: clock[0])
+    monkeypatch.setattr(sources.time, "monotonic", lambda: clock[0])
 
     @contextlib.asynccontextmanager
     async def never() -> AsyncIterator[Any]:

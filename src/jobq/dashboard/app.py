@@ -9,6 +9,8 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -19,22 +21,28 @@ from jobq.errors import ConfigError
 from jobq.transport import JOB_STATES, Admin
 
 LIST_LIMIT = 50
-ACTIONS = ("pause", "resume", "cancel", "retry", "requeue", "purge")
+ACTIONS = ("pause", "resume", "cancel", "retry", "requeue", "purge", "requeue_all", "purge_all")
+ACTION_TIMEOUT = 300.0  # seconds an action may take (a requeue of many dead letters)
 
 _TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                          autoescape=select_autoescape(default=True, default_for_string=True))
 _TEMPLATES.filters["pretty"] = lambda value: json.dumps(value, indent=2, default=str,
                                                         ensure_ascii=False)
+# A job id in a path: any character (a foreign producer's message_id) quoted, "/" included.
+_TEMPLATES.filters["q"] = lambda value: quote(str(value), safe="")
 
 
-def build(sources: list[Source], guard: Guard, throughput: bool = False) -> Starlette:
+def build(sources: list[Source], guard: Guard, throughput: bool = False,
+          hosts: list[str] | None = None) -> Starlette:
     """The app: ``/``, ``/queues/{n}``, ``/queues/{n}/jobs/{id}``, ``/login``, actions;
-    ``throughput``: the consumers' metrics are read, so the pages chart jobs done per second."""
+    ``throughput``: the consumers' metrics are read, so the pages chart jobs done per second;
+    ``hosts``: the Host names it answers to (any other is refused: DNS rebinding)."""
     pages = Pages(sources, guard, throughput)
-    return Starlette(routes=[
+    guarded = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts else []
+    return Starlette(middleware=guarded, routes=[
         Route("/", pages.overview),
         Route("/queues/{n:int}", pages.queue),
-        Route("/queues/{n:int}/jobs/{job}", pages.job),
+        Route("/queues/{n:int}/jobs/{job:path}", pages.job),
         Route("/queues/{n:int}/act", pages.act, methods=["POST"]),
         Route("/login", pages.login, methods=["GET", "POST"]),
         Route("/logout", pages.logout, methods=["POST"]),
@@ -143,7 +151,8 @@ class Pages:
         if action not in ACTIONS:
             return PlainTextResponse(f"unknown action {action!r}", status_code=400)
         try:
-            query = {"msg": await src.call(lambda a: _carry_out(a, action, job_id))}
+            query = {"msg": await src.call(lambda a: _carry_out(a, action, job_id),
+                                           timeout=ACTION_TIMEOUT, whole=True)}
         except ConfigError as exc:
             query = {"err": str(exc)}
         except SourceDown as exc:
@@ -175,10 +184,13 @@ async def _carry_out(admin: Admin, action: str, job_id: str | None) -> str:
         change = await (admin.pause() if action == "pause" else admin.resume())
         return f"queue {'paused' if change.paused else 'resumed'}" + (
             "" if change.changed else " already: nothing changed")
+    if action in ("requeue_all", "purge_all"):  # every dead job: asked for by name
+        done = await (admin.dead_requeue() if action == "requeue_all" else admin.dead_purge())
+        return f"{'requeued' if action == 'requeue_all' else 'purged'} {len(done)} dead jobs"
+    if job_id is None:  # an empty id never means "all"
+        raise ConfigError(f"{action}: which job? (give its id)", key="id")
     if action in ("cancel", "retry"):
-        if job_id is None:
-            raise ConfigError(f"{action}: which job?", key="id")
         return await (admin.cancel_job(job_id) if action == "cancel" else admin.retry_job(job_id))
-    ids = [job_id] if job_id else None  # requeue / purge: one dead job, or every one
-    done = await (admin.dead_requeue(ids=ids) if action == "requeue" else admin.dead_purge(ids=ids))
+    done = await (admin.dead_requeue(ids=[job_id]) if action == "requeue"
+                  else admin.dead_purge(ids=[job_id]))
     return f"{'requeued' if action == 'requeue' else 'purged'} {len(done)} dead jobs"

@@ -11,6 +11,13 @@ from urllib.parse import urlsplit
 COOKIE = "jobq_session"
 
 
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison of texts, any characters (a str compare_digest raises on
+    non-ASCII: a forged cookie must read as no session, not as a server error)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               expected.encode("utf-8", "surrogatepass"))
+
+
 class Guard:
     """Who may act: a browser that logged in with ``token`` (no token: nobody, read-only)."""
 
@@ -21,7 +28,7 @@ class Guard:
 
     def login(self, given: str) -> str | None:
         """A session cookie's value for the right token, else None."""
-        if self.read_only or not hmac.compare_digest(given.encode(), self._token.encode()):
+        if self.read_only or not _same(given, self._token):
             return None
         session = secrets.token_urlsafe(24)
         return f"{session}.{self._sign('session', session)}"
@@ -31,7 +38,7 @@ class Guard:
         if self.read_only or not cookie or "." not in cookie:
             return None
         session, _, mac = cookie.rpartition(".")
-        return session if hmac.compare_digest(mac, self._sign("session", session)) else None
+        return session if _same(mac, self._sign("session", session)) else None
 
     def csrf(self, session: str | None) -> str:
         """The CSRF token every form of this session carries ("" without a session)."""
@@ -40,7 +47,7 @@ class Guard:
     def allows(self, cookie: str | None, csrf: str, origin: str | None, host: str | None) -> bool:
         """Whether a POST may act: a session, its CSRF token, and no foreign Origin."""
         session = self.session(cookie)
-        if session is None or not hmac.compare_digest(csrf, self.csrf(session)):
+        if session is None or not _same(csrf, self.csrf(session)):
             return False
         return origin is None or urlsplit(origin).netloc == (host or "")
 

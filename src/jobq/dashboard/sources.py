@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq.errors import ConfigError, TransportError, describe
+from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.transport import Admin
 
 T = TypeVar("T")
@@ -47,6 +47,7 @@ class Source:
     rates: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=SAMPLES))
     _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock)
     _stack: contextlib.AsyncExitStack | None = None
     _admin: Admin | None = None
     _failed_at: float = 0.0
@@ -57,25 +58,39 @@ class Source:
         """Why the last call failed (None while the backend answers)."""
         return self._problem
 
-    async def call(self, use: Callable[[Admin], Awaitable[T]]) -> T:
-        """``use(admin)`` within CALL_TIMEOUT; SourceDown if the backend does not answer.
+    async def call(self, use: Callable[[Admin], Awaitable[T]], *,
+                   timeout: float = CALL_TIMEOUT, whole: bool = False) -> T:
+        """``use(admin)`` within ``timeout``; SourceDown if the backend does not answer.
 
         ConfigError (an unknown id, a state the backend cannot list) passes through: the
-        backend answered, the request was wrong.
+        backend answered, the request was wrong. Only a lost connection closes it (to be opened
+        again): a slow call or an unexpected error fails that request alone. ``whole``: an
+        action, which no timeout or page left early cuts in the middle (a requeue cut between
+        its publish and its ack would run a job twice). On RabbitMQ one call at a time: the
+        dead letters are read by taking them, and two readers would each see part.
         """
         admin = await self._open()
+        work = asyncio.ensure_future(self._serially(use, admin))
         try:
-            return await asyncio.wait_for(use(admin), CALL_TIMEOUT)
+            return await (asyncio.shield(work) if whole else asyncio.wait_for(work, timeout))
         except ConfigError:
             raise
-        except (TransportError, TimeoutError, OSError) as exc:
-            await self._down(describe(exc) if not isinstance(exc, TimeoutError) else
-                             f"no answer within {CALL_TIMEOUT:g}s")
+        except (ConnectionLost, OSError) as exc:
+            await self._down(describe(exc), admin)
             raise SourceDown(self._problem or "unreachable") from exc
+        except TimeoutError as exc:
+            raise SourceDown(f"no answer within {timeout:g}s") from exc
+        except TransportError as exc:  # the server answered with an error: this request's
+            raise SourceDown(describe(exc)) from exc
         except Exception as exc:  # a bug below: logged in full, and the page still renders
             log.error("%s: the dashboard's call failed unexpectedly", self.name, exc_info=exc)
-            await self._down(describe(exc))
-            raise SourceDown(self._problem or "failed") from exc
+            raise SourceDown(describe(exc)) from exc
+
+    async def _serially(self, use: Callable[[Admin], Awaitable[T]], admin: Admin) -> T:
+        if self.transport != "rabbitmq":
+            return await use(admin)
+        async with self._one_at_a_time:
+            return await use(admin)
 
     async def _open(self) -> Admin:
         if self._admin is not None:
@@ -105,7 +120,10 @@ class Source:
         self._stack, self._admin, self._problem = stack, admin, None
         return admin
 
-    async def _down(self, why: str) -> None:
+    async def _down(self, why: str, admin: Admin | None = None) -> None:
+        """Close the connection (``admin``'s only: one opened since stays) and note why."""
+        if admin is not None and admin is not self._admin:
+            return
         self._problem, self._failed_at = why, time.monotonic()
         stack, self._stack, self._admin = self._stack, None, None
         if stack is not None:
@@ -154,7 +172,7 @@ class Throughput:
         """Scrape every URL; append each source's rate to its ``rates``."""
         if not self._urls:
             return
-        now = time.time()
+        now = time.monotonic()
         got = await asyncio.gather(*(asyncio.to_thread(scrape_done, u) for u in self._urls),
                                    return_exceptions=True)
         totals = {url: r for url, r in zip(self._urls, got, strict=True)
@@ -163,13 +181,15 @@ class Throughput:
         if last is None:
             return
         then, before = last
+        if now - then <= 0:
+            return
         for src in sources:
             key = (src.transport, src.queue)
             pairs = [(before[u].get(key, 0.0), totals[u].get(key, 0.0)) for u in totals
                      if u in before]
             if len(pairs) != len(self._urls) or any(b > a for b, a in pairs):
                 continue  # a consumer missing from either sample, or restarted: no rate
-            src.rates.append((now, round(sum(a - b for b, a in pairs) / (now - then), 1)))
+            src.rates.append((time.time(), round(sum(a - b for b, a in pairs) / (now - then), 1)))
 
 
 @contextlib.asynccontextmanager
@@ -178,8 +198,11 @@ async def sampling(sources: list[Source], every: float = SAMPLE_EVERY,
     """Sample every source's depth (and, with ``throughput``, its rate) every ``every`` s."""
     async def loop() -> None:
         while True:
-            await asyncio.gather(*(s.sample() for s in sources),
-                                 *([throughput.sample(sources)] if throughput else []))
+            try:
+                await asyncio.gather(*(s.sample() for s in sources),
+                                     *([throughput.sample(sources)] if throughput else []))
+            except Exception as exc:  # the chart misses a sample; the sampling goes on
+                log.warning("dashboard sample failed: %s", describe(exc), exc_info=exc)
             await asyncio.sleep(every)
 
     task = asyncio.create_task(loop(), name="jobq-dashboard-samples")

@@ -207,7 +207,7 @@ class PostgresAdmin:
         """``ids`` as the table's integers; ConfigError for one that is not a dead job here."""
         if not ids:
             return None
-        bad = [i for i in ids if not i.isdigit() or len(i) > 19]
+        bad = [i for i in ids if not (i.isascii() and i.isdigit()) or len(i) > 19]
         if bad:
             raise ConfigError(f"not a job id: {', '.join(bad)} (ids are integers on PostgreSQL)",
                               key="--id")

@@ -19,7 +19,7 @@ LOCK_WAIT = "2s"  # a cancel waits this long for a pending job's row held by som
 
 def job_id(text: str) -> int:
     """A job id as the table's integer; ConfigError (key ``--id``) for one that is not."""
-    if not text.isdigit() or len(text) > MAX_ID:
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_ID:
         raise ConfigError(f"not a job id: {text!r} (ids are integers on PostgreSQL)", key="--id")
     return int(text)
 

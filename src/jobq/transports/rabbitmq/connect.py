@@ -33,6 +33,12 @@ LINK_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# A refused login: a wrong mechanism, or (aiormq 7) a wrong user or password, which the broker
+# reports by closing the connection during the handshake.
+LOGIN_REFUSED = (aiormq.exceptions.AuthenticationError,
+                 aiormq.exceptions.ProbableAuthenticationError)
+
+
 def server_address(url: str) -> str:
     """``host:port`` of an AMQP URL, for messages (never the user or password)."""
     try:
@@ -119,9 +125,10 @@ class RabbitLink:
         async for attempt in Backoff.from_connect(self._connect).attempts(limit):
             try:
                 conn = await self._connect_any()
-            except aiormq.exceptions.AuthenticationError as exc:
+            except LOGIN_REFUSED as exc:
                 raise ConnectionLost(f"RabbitMQ at {self.address} refused the login "
-                                     f"(check the user and password in rabbitmq.url)") from exc
+                                     f"(check the user and password in rabbitmq.url or "
+                                     f"rabbitmq.urls)") from exc
             except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
                 where = ", ".join(self._addresses)
                 if attempt.last:
@@ -153,7 +160,7 @@ class RabbitLink:
                 conn = await aio_pika.connect(
                     self._urls[index], timeout=self._connect.timeout,
                     client_properties={"connection_name": self._name()})
-            except aiormq.exceptions.AuthenticationError:
+            except LOGIN_REFUSED:
                 self.address = self._addresses[index]
                 raise
             except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
@@ -168,8 +175,10 @@ class RabbitLink:
         raise failure
 
     async def reopen(self) -> None:
-        """Drop the current connection (if any) and connect again, retrying until cancelled."""
+        """Drop the current connection (if any) and connect again, retrying until cancelled:
+        from the node after the one just lost (a dark node would cost every try its timeout)."""
         await self.close()
+        self._next = (self._next + 1) % len(self._urls)
         await self.open(attempts=0)
 
     async def channel(self, *, confirms: bool) -> AbstractChannel:
