@@ -9,29 +9,14 @@ from __future__ import annotations
 
 import collections
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from psycopg import sql
 
-from tests.conftest import PG_DSN, fetch, jobs_table, schema_env, wait_until
+from tests.conftest import PG_DSN, fetch, jobs_table, wait_until
 from tests.contract.backends import Backend
 from tests.processors import completions
-
-
-@pytest.fixture
-def both(schema: str, queue_name: str, amqp_url: str) -> Iterator[tuple[Backend, Backend]]:
-    """The queue on PostgreSQL and on RabbitMQ (a classic queue: --kind needs none here)."""
-    env = schema_env(schema)
-    pg = Backend("postgres", queue_name, dict(env), schema=schema)
-    rabbit = Backend("rabbitmq", queue_name, dict(env))
-    try:
-        assert rabbit.run("jobq", "init").returncode == 0
-        yield pg, rabbit
-    finally:
-        rabbit.cleanup()
 
 
 def rows(pg: Backend) -> dict[str, dict[str, Any]]:

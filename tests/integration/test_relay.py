@@ -12,11 +12,9 @@ from __future__ import annotations
 import collections
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 from psycopg import sql
 
 from jobq.transport import NewJob
@@ -26,19 +24,6 @@ from tests.contract.backends import Backend
 from tests.processors import completions
 
 JOBS = 3000
-
-
-@pytest.fixture
-def relay(schema: str, queue_name: str, amqp_url: str) -> Iterator[tuple[Backend, Backend]]:
-    """The PostgreSQL queue (the outbox) and the RabbitMQ queue of the same name."""
-    env = schema_env(schema)
-    pg = Backend("postgres", queue_name, dict(env), schema=schema)
-    rabbit = Backend("rabbitmq", queue_name, dict(env))
-    try:
-        assert rabbit.run("jobq", "init").returncode == 0
-        yield pg, rabbit
-    finally:
-        rabbit.cleanup()
 
 
 def pending(pg: Backend) -> int:
@@ -53,8 +38,8 @@ def ready(rabbit: Backend) -> int:
 
 
 def test_committed_jobs_are_relayed_in_order_and_rolled_back_ones_never(
-        relay: tuple[Backend, Backend], tmp_path: Path) -> None:
-    pg, rabbit = relay
+        both: tuple[Backend, Backend], tmp_path: Path) -> None:
+    pg, rabbit = both
     assert pg.schema is not None
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         with conn.transaction() as rolled_back:
@@ -75,9 +60,9 @@ def test_committed_jobs_are_relayed_in_order_and_rolled_back_ones_never(
     assert "relayed=0" in again.stderr, again.stderr
 
 
-def test_two_relays_one_killed_mid_run_lose_nothing(relay: tuple[Backend, Backend],
+def test_two_relays_one_killed_mid_run_lose_nothing(both: tuple[Backend, Backend],
                                                      tmp_path: Path) -> None:
-    pg, rabbit = relay
+    pg, rabbit = both
     pg.produce(JOBS, "--batch", "500")
     ids = {str(row[0]) for row in fetch(PG_DSN, sql.SQL("SELECT id FROM {} WHERE queue = %s")
                                         .format(jobs_table(pg.schema or "")), [pg.queue])}
@@ -107,9 +92,9 @@ def test_two_relays_one_killed_mid_run_lose_nothing(relay: tuple[Backend, Backen
     assert rabbit.dead() == []
 
 
-def test_relay_refuses_a_bad_batch_and_an_uninitialised_schema(relay: tuple[Backend, Backend]
+def test_relay_refuses_a_bad_batch_and_an_uninitialised_schema(both: tuple[Backend, Backend]
                                                                 ) -> None:
-    pg, _ = relay
+    pg, _ = both
     result = pg.run("jobq", "relay", "--batch", "0")
     assert result.returncode == 2 and "--batch: at least 1" in result.stderr
     bare = Backend("postgres", pg.queue, schema_env("t_no_such_schema"))
@@ -122,8 +107,8 @@ def test_relay_refuses_a_bad_batch_and_an_uninitialised_schema(relay: tuple[Back
 
 
 def test_a_job_rabbitmq_cannot_take_is_dead_lettered_and_the_rest_relayed(
-        relay: tuple[Backend, Backend]) -> None:
-    pg, rabbit = relay
+        both: tuple[Backend, Backend]) -> None:
+    pg, rabbit = both
     assert pg.schema is not None
     pg.produce(3)
     bad = fetch(PG_DSN, sql.SQL("INSERT INTO {} (queue, kind, payload) VALUES (%s, 'x', %s) "
@@ -139,8 +124,8 @@ def test_a_job_rabbitmq_cannot_take_is_dead_lettered_and_the_rest_relayed(
     assert dead[0] == "dead" and "payload must be a JSON object" in str(dead[1]), dead
 
 
-def test_relay_once_leaves_a_queue_another_relay_holds(relay: tuple[Backend, Backend]) -> None:
-    pg, _ = relay
+def test_relay_once_leaves_a_queue_another_relay_holds(both: tuple[Backend, Backend]) -> None:
+    pg, _ = both
     assert pg.schema is not None
     pg.produce(1)
     with psycopg.connect(PG_DSN) as holder:  # as a relay in the middle of a batch
