@@ -92,6 +92,7 @@ def test_find_a_dead_job_requeue_it_and_see_it_done(board: tuple[Dashboard, Back
 
     home = client.get("/")
     assert home.status_code == 200 and home.text.count(pg.queue) >= 2, home.text
+    assert client.get("/queues/7").status_code == 404  # two queues configured
     assert "unreachable" not in home.text
     listed = client.get("/queues/0", params={"state": "dead"}).text
     assert f"/queues/0/jobs/{dead}" in listed and "SMTPError: 550 no such user" in listed

@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -71,9 +72,12 @@ class Pages:
         """The throughput chart, when the consumers' metrics are read (dashboard.metrics)."""
         return points(src.rates) if self._throughput else None
 
-    def _source(self, request: Request) -> tuple[int, Source] | None:
+    def _source(self, request: Request) -> tuple[int, Source]:
+        """The queue the path names; a 404 for a number past the configured ones."""
         index = int(request.path_params["n"])
-        return (index, self._sources[index]) if 0 <= index < len(self._sources) else None
+        if not 0 <= index < len(self._sources):
+            raise HTTPException(404, "no such queue")
+        return index, self._sources[index]
 
     async def overview(self, request: Request) -> Response:
         """Every queue: depth by state, oldest waiting, paused, the chart; banners for the down."""
@@ -91,10 +95,7 @@ class Pages:
 
     async def queue(self, request: Request) -> Response:
         """One queue: depth, pause, the chart, its jobs in one state (of one kind)."""
-        found = self._source(request)
-        if found is None:
-            return PlainTextResponse("no such queue", status_code=404)
-        n, src = found
+        n, src = self._source(request)
         wanted = request.query_params.get("id", "").strip()
         if wanted:
             return RedirectResponse(f"/queues/{n}/jobs/{quote(wanted, safe='')}", status_code=303)
@@ -117,10 +118,7 @@ class Pages:
 
     async def job(self, request: Request) -> Response:
         """One job: its state, payload, headers, attempts, error, times and actions."""
-        found = self._source(request)
-        if found is None:
-            return PlainTextResponse("no such queue", status_code=404)
-        n, src = found
+        n, src = self._source(request)
         job_id = request.path_params["job"]
         values: dict[str, Any] = {"n": n, "src": src, "job_id": job_id}
         try:
@@ -133,10 +131,7 @@ class Pages:
 
     async def act(self, request: Request) -> Response:
         """An action (a form's POST): refused without the session and its CSRF token."""
-        found = self._source(request)
-        if found is None:
-            return PlainTextResponse("no such queue", status_code=404)
-        n, src = found
+        n, src = self._source(request)
         form = await request.form()
         if not self._guard.allows(request.cookies.get(COOKIE), str(form.get("csrf", "")),
                                   request.headers.get("origin"), request.headers.get("host")):

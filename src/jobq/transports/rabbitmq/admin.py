@@ -31,7 +31,7 @@ from jobq.transports.rabbitmq.codec import (
     as_text,
     republish,
 )
-from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
 from jobq.transports.rabbitmq.pause import PauseFlag
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
@@ -326,17 +326,12 @@ class RabbitAdmin:
 
     @contextlib.asynccontextmanager
     async def _channel(self, *, confirms: bool) -> AsyncIterator[AbstractChannel]:
-        channel = await self._link.channel(confirms=confirms)
         try:
-            with translated("rabbitmq admin"):
-                yield channel
+            async with short_channel(self._link, confirms=confirms, what="rabbitmq admin") as ch:
+                yield ch
         except TransportError as exc:
             if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
                 raise TransportError(f"{exc}; run `jobq init --transport=rabbitmq` to declare "
                                      f"queue {self._queue!r}") from exc.__cause__
             raise
-        finally:
-            if not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -79,6 +79,21 @@ def translated(what: str) -> AbstractContextManager[None]:
     """Turn driver errors into jobq's: ConnectionLost when the link broke, else TransportError."""
     return common.translating(what, lost=LINK_ERRORS, failed=(aiormq.exceptions.AMQPError, RuntimeError),
                               describe=describe_amqp)
+
+
+@contextlib.asynccontextmanager
+async def short_channel(link: RabbitLink, *, confirms: bool, what: str
+                        ) -> AsyncIterator[AbstractChannel]:
+    """A channel of ``link`` for one piece of work: driver errors translated (``what``), and
+    closed on the way out, which returns whatever it took with basic.get and did not ack."""
+    channel = await link.channel(confirms=confirms)
+    try:
+        with translated(what):
+            yield channel
+    finally:
+        if not channel.is_closed:
+            with contextlib.suppress(Exception):
+                await channel.close()
 
 
 class RabbitLink:

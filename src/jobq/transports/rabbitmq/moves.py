@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +42,7 @@ from jobq.transports.rabbitmq.codec import (
     due_ms,
 )
 from jobq.transports.rabbitmq.codec import decode as decode_message
-from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
 from jobq.transports.rabbitmq.topology import Topology
 
 LAST_ERROR = "x-jobq-last-error"
@@ -179,13 +179,5 @@ class RabbitMoves:
             await asyncio.wait_for(target.publish(message, routing_key=key, mandatory=True),
                                    self._cfg.publish_timeout)
 
-    @contextlib.asynccontextmanager
-    async def _channel(self, *, confirms: bool) -> AsyncIterator[AbstractChannel]:
-        channel = await self._link.channel(confirms=confirms)
-        try:
-            with translated("rabbitmq move"):
-                yield channel
-        finally:
-            if not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()
+    def _channel(self, *, confirms: bool) -> contextlib.AbstractAsyncContextManager[AbstractChannel]:
+        return short_channel(self._link, confirms=confirms, what="rabbitmq move")

@@ -16,7 +16,6 @@ makes the others see fewer, and re-reading at once would have them walk each oth
 
 from __future__ import annotations
 
-import contextlib
 import time
 from datetime import UTC, datetime
 
@@ -25,7 +24,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel
 
 from jobq.errors import TransportError
-from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.connect import RabbitLink, short_channel
 from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology
 
@@ -64,9 +63,9 @@ class Tombstones:
         """Read every tombstone (put back after), remember their ids; the ids read."""
         ids: set[str] = set()
         found = 0
-        channel = await self._link.channel(confirms=False)
-        try:
-            with translated("rabbitmq tombstones"):
+        try:  # the channel's close puts every tombstone back
+            async with short_channel(self._link, confirms=False,
+                                     what="rabbitmq tombstones") as channel:
                 queue = await channel.declare_queue(self._topology.cancelled, passive=True)
                 while (message := await queue.get(no_ack=False, fail=False)) is not None:
                     found += 1
@@ -75,10 +74,6 @@ class Tombstones:
         except TransportError as exc:
             if not isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
                 raise  # no <q>.cancelled (a topology of an older jobq): no tombstones
-        finally:
-            if not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()  # every tombstone goes back
         now = time.monotonic()
         self._found, self._read_at = found, now
         for job_id in ids:
