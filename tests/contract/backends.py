@@ -9,15 +9,17 @@ writes a bad message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
 from psycopg import sql
 
-from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, run_cli, start_cli
+from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, run_cli, schema_env, start_cli
 
 DEFAULT_TIERS = (1, 5, 30, 300, 3600, 86400)  # configs/rabbitmq.yaml
 
@@ -130,3 +132,27 @@ def rabbit_backend(queue: str) -> Backend:
     result = backend.run("jobq", "init")
     assert result.returncode == 0, result.stderr
     return backend
+
+
+@contextlib.contextmanager
+def backend_under_test(request: Any, queue: str, param: str, env: dict[str, str] | None = None,
+                       rabbit_env: dict[str, str] | None = None) -> Iterator[Backend]:
+    """``param`` ("postgres-<claim mode>" or "rabbitmq-<queue type>") on ``queue``, with the
+    JOBQ_* ``env`` (and, on RabbitMQ only, ``rabbit_env``): PostgreSQL in the test's fresh
+    schema, RabbitMQ declared by `jobq init` and removed afterwards. ``request``: the
+    fixture's, for the ``schema`` or ``amqp_url`` fixture the backend needs."""
+    transport, variant = param.split("-")
+    if transport == "postgres":
+        schema = request.getfixturevalue("schema")
+        yield Backend("postgres", queue, schema_env(schema, JOBQ_POSTGRES__CLAIM=variant,
+                                                    **(env or {})), schema=schema)
+        return
+    request.getfixturevalue("amqp_url")
+    backend = Backend("rabbitmq", queue, schema_env(
+        "unused", JOBQ_RABBITMQ__QUEUE_TYPE=variant, **(env or {}), **(rabbit_env or {})))
+    try:
+        made = backend.run("jobq", "init")
+        assert made.returncode == 0, made.stderr
+        yield backend
+    finally:
+        backend.cleanup()

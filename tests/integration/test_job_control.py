@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import PG_DSN, fetch, jobs_table, schema_env, wait_until
-from tests.contract.backends import Backend, publish_raw
+from tests.contract.backends import Backend, backend_under_test, publish_raw
 from tests.processors import runs
 
 TIMED = "tests.processors:timed"
@@ -33,22 +33,9 @@ STOPPED = 3.0  # a running job cancelled ends within this (the consumer asks eac
                         "rabbitmq-classic"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
     """The backend under test on a queue of its own, one job at a time and none buffered."""
-    transport, variant = request.param.split("-")
     one = {"JOBQ_CONSUMER__BUFFER": "0", "JOBQ_CONSUMER__SHUTDOWN_TIMEOUT": "1"}
-    if transport == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name,
-                      schema_env(schema, JOBQ_POSTGRES__CLAIM=variant, **one), schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    backend = Backend("rabbitmq", queue_name,
-                      schema_env("unused", JOBQ_RABBITMQ__QUEUE_TYPE=variant, **one))
-    try:
-        assert backend.run("jobq", "init").returncode == 0
+    with backend_under_test(request, queue_name, request.param, one) as backend:
         yield backend
-    finally:
-        backend.cleanup()
-
 
 def jobq(backend: Backend, *args: str, code: int = 0) -> str:
     """Run ``jobq``; it must exit ``code``; its stdout (or, for a non-zero code, its stderr)."""

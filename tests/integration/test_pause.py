@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import AMQP_URL, schema_env, wait_until
-from tests.contract.backends import Backend, rabbit_backend
+from tests.contract.backends import Backend, backend_under_test, rabbit_backend
 from tests.processors import runs
 
 TIMED = "tests.processors:timed"
@@ -36,22 +36,8 @@ NOTICED = 2.0  # a consumer takes no new job later than this after `jobq pause` 
                         "rabbitmq-classic"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
     """The backend under test on a queue of its own; what it declared is removed afterwards."""
-    transport, variant = request.param.split("-")
-    if transport == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name, schema_env(schema, JOBQ_POSTGRES__CLAIM=variant),
-                      schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    backend = Backend("rabbitmq", queue_name, schema_env("unused",
-                                                         JOBQ_RABBITMQ__QUEUE_TYPE=variant))
-    try:
-        result = backend.run("jobq", "init")
-        assert result.returncode == 0, result.stderr
+    with backend_under_test(request, queue_name, request.param) as backend:
         yield backend
-    finally:
-        backend.cleanup()
-
 
 def jobq(backend: Backend, *args: str) -> str:
     """Run ``jobq``; it must exit 0; its stdout."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import schema_env
-from tests.contract.backends import Backend
+from tests.contract.backends import Backend, backend_under_test
 from tests.processors import completions
 
 ONE = {"JOBQ_CONSUMER__BUFFER": "0"}
@@ -23,22 +23,10 @@ PLAN = [(0, 5), (3, 2), (7, 2), (3, 1), (9, 1)]  # (priority, jobs), enqueued in
 
 @pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq-classic"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
-    transport, variant = request.param.split("-")
-    if transport == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name,
-                      schema_env(schema, JOBQ_POSTGRES__CLAIM=variant, **ONE), schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    backend = Backend("rabbitmq", queue_name, schema_env(
-        "unused", JOBQ_RABBITMQ__QUEUE_TYPE="classic", JOBQ_RABBITMQ__MAX_PRIORITY="9", **ONE))
-    try:
-        result = backend.run("jobq", "init")
-        assert result.returncode == 0, result.stderr
+    """The backend under test, one job at a time; on RabbitMQ a classic queue with priorities."""
+    with backend_under_test(request, queue_name, request.param, ONE,
+                            {"JOBQ_RABBITMQ__MAX_PRIORITY": "9"}) as backend:
         yield backend
-    finally:
-        backend.cleanup()
-
 
 def test_higher_priorities_run_first(backend: Backend, tmp_path: Path) -> None:
     for priority, count in PLAN:

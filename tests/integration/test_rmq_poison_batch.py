@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli_env
-from tests.contract.backends import Backend
+from tests.contract.backends import Backend, backend_under_test
 from tests.contract.story import events
 from tests.contract.test_contract import by_event, consumer_args
 
@@ -25,13 +24,8 @@ MAX_RUNS = 8  # one unattributed crash + 3 runs alone + the run that buries it, 
 @pytest.fixture(params=["quorum", "classic"])
 def rabbit(amqp_url: str, queue_name: str, request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A fresh queue of each type (``jobq init`` declares it)."""
-    backend = Backend("rabbitmq", queue_name, {**cli_env(), "JOBQ_RABBITMQ__QUEUE_TYPE": request.param})
-    try:
-        made = backend.run("jobq", "init")
-        assert made.returncode == 0, made.stderr
+    with backend_under_test(request, queue_name, f"rabbitmq-{request.param}") as backend:
         yield backend
-    finally:
-        backend.cleanup()
 
 
 def test_a_poison_job_dies_alone_and_its_batch_mates_end_done(rabbit: Backend, tmp_path: Path) -> None:
