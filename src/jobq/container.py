@@ -391,8 +391,8 @@ async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
     try:
         await publisher.open()
         try:
-            yield Relay(outbox, publisher.publish_as, batch=batch,
-                        backoff=Backoff.from_connect(settings.connect), limits=settings.limits,
+            yield Relay(outbox, publisher.publish_valid, batch=batch,
+                        backoff=Backoff.from_connect(settings.connect),
                         logger=logging.getLogger("jobq.relay"))
         finally:
             await publisher.close()

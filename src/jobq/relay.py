@@ -18,15 +18,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobq.backoff import Backoff
-from jobq.config import LimitsConfig
-from jobq.errors import MalformedJob, QueueFull, TransportError, describe
-from jobq.limits import encode_new_job
+from jobq.errors import QueueFull, TransportError, describe
 from jobq.transport import NewJob
 
 # Publishes the jobs (ids, jobs) and returns the ids it refused, each with the reason: a job
 # the broker can never take (MalformedJob: the outbox dead-letters it instead of retrying it).
 Send = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[Mapping[str, str]]]
-Publish = Callable[[Sequence[str], Sequence[NewJob]], Awaitable[object]]
+Publish = Send  # the RabbitMQ publisher's publish_valid
 IDLE_WAIT = 1.0  # an idle relay looks again after this long without a NOTIFY
 BUSY_WAIT = 0.2  # another relay holds the queue: try again after this long
 
@@ -62,10 +60,9 @@ class Relay:
     """Moves batches from ``outbox`` through ``send`` until stopped (or, ``once``, drained)."""
 
     def __init__(self, outbox: Outbox, publish: Publish, *, batch: int, backoff: Backoff,
-                 limits: LimitsConfig | None = None, logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None) -> None:
         self._outbox = outbox
         self._publish = publish
-        self._limits = limits or LimitsConfig()
         self._batch = batch
         self._backoff = backoff
         self._log = logger or logging.getLogger("jobq.relay")
@@ -107,22 +104,15 @@ class Relay:
         return self.stats
 
     async def _send(self, ids: Sequence[str], jobs: Sequence[NewJob]) -> dict[str, str]:
-        """Publish the jobs RabbitMQ can take; the others' ids with the reason (the checks
-        of every enqueue, as the RabbitMQ publisher makes them, run here first)."""
-        refused: dict[str, str] = {}
-        for job_id, job in zip(ids, jobs, strict=True):
-            try:
-                encode_new_job(job, self._limits, compact=True)
-            except MalformedJob as exc:  # JobTooLarge too
-                refused[job_id] = f"not relayed to RabbitMQ: {describe(exc)}"
+        """Publish the jobs RabbitMQ can take; the others' ids with the reason (the checks of
+        every enqueue, which the publisher makes as it encodes each job)."""
+        refused = {job_id: f"not relayed to RabbitMQ: {why}"
+                   for job_id, why in (await self._publish(ids, jobs)).items()}
         if refused:
             self.stats.refused += len(refused)
             self._log.warning("%d jobs of this batch cannot be relayed (ids %s): dead-lettered "
                               "on PostgreSQL with the reason", len(refused),
                               ", ".join(list(refused)[:10]))
-        kept = [(i, j) for i, j in zip(ids, jobs, strict=True) if i not in refused]
-        if kept:
-            await self._publish([i for i, _ in kept], [j for _, j in kept])
         return refused
 
 

@@ -34,6 +34,7 @@ from jobq.errors import (
     ConfigError,
     ConnectionLost,
     JobqError,
+    MalformedJob,
     OutcomeUnknown,
     QueueFull,
     TransportError,
@@ -108,18 +109,39 @@ class RabbitPublisher:
         return await self.publish_as([new_job_id() for _ in jobs], jobs, queue=queue,
                                      timeout=timeout)
 
+    async def publish_valid(self, ids: Sequence[str], jobs: Sequence[NewJob]) -> dict[str, str]:
+        """``publish_as`` for the jobs that pass the checks of every enqueue; the others' ids,
+        each with why it was refused (``jobq relay`` dead-letters those on PostgreSQL)."""
+        refused: dict[str, str] = {}
+        await self.publish_as(ids, jobs, refused=refused)
+        return refused
+
     async def publish_as(self, ids: Sequence[str], jobs: Sequence[NewJob], *,
-                         queue: str | None = None, timeout: float | None = None) -> list[str]:
+                         queue: str | None = None, timeout: float | None = None,
+                         refused: dict[str, str] | None = None) -> list[str]:
         """``enqueue_many`` with the ids given (``jobq relay``: each job keeps its PostgreSQL
-        id, so a job relayed twice arrives twice under the same message_id)."""
+        id, so a job relayed twice arrives twice under the same message_id). With ``refused``,
+        a job the checks refuse (MalformedJob, JobTooLarge) is left out and noted there with
+        the reason instead of failing the call."""
         queue = queue or self._queue
         if not self._cfg.max_priority and any(job.priority for job in jobs):
             raise ConfigError("a job with a priority (NewJob.priority) needs a queue with "
                               "priorities: set rabbitmq.max_priority (1-9) with a classic work "
                               "queue, and declare it anew (an existing queue keeps its "
                               "arguments); nothing was enqueued", key="rabbitmq.max_priority")
-        messages = [encode_job(job, job_id=job_id, max_attempts=self._max_attempts,
-                               limits=self._limits) for job_id, job in zip(ids, jobs, strict=True)]
+        messages, kept = [], []
+        for job_id, job in zip(ids, jobs, strict=True):
+            try:
+                messages.append(encode_job(job, job_id=job_id, max_attempts=self._max_attempts,
+                                           limits=self._limits))
+                kept.append(job)
+            except MalformedJob as exc:
+                if refused is None:
+                    raise
+                refused[job_id] = describe(exc)
+        if not messages:
+            return []
+        jobs = kept
         ids = [str(props.message_id) for _, props in messages]
         wait = self._limits.enqueue_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
