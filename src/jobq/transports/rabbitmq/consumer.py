@@ -776,7 +776,8 @@ class RabbitTransport:
         consume = await link.channel(confirms=False)
         try:
             with translated("rabbitmq declare"):
-                await topology.declare(consume)
+                down = await topology.declare_consuming(
+                    consume, lambda: link.channel(confirms=False))
                 await consume.set_qos(prefetch_count=self._prefetch)
                 publish = await self._publish_link.channel(confirms=True)
                 sender = await publish.get_underlay_channel()
@@ -785,6 +786,11 @@ class RabbitTransport:
             with contextlib.suppress(Exception):
                 await consume.close()
             raise
+        if down:
+            self._log.warning(
+                "RabbitMQ cannot reach %s (a classic queue whose node is down): consuming on, "
+                "with the pause and the cancelled jobs as last read and dead letters held "
+                "back until that node is back", ", ".join(down))
         with contextlib.suppress(TransportError):  # read each second after this too
             await self._tombstones.read()  # before the first delivery
         session = Session(link.generation, consume, raw, publish, sender,
@@ -821,7 +827,7 @@ class RabbitTransport:
         self._log.warning("consumer cancelled by the broker; declaring and subscribing again")
         try:
             with translated("rabbitmq re-declare"):
-                await self._topology.declare(session.consume)
+                await self._topology.declare_replicated(session.consume)
             await self._subscribe(session)
         except (TransportError, ConfigError) as exc:
             session.end(f"re-subscribe failed: {describe(exc)}")

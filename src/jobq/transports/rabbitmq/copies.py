@@ -11,11 +11,22 @@ from __future__ import annotations
 
 import asyncio
 
+import aiormq
 from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
 from jobq.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+
+NACK_PAUSE = 0.05  # seconds before a nacked copy is sent again, doubling up to NACK_PAUSE_MAX
+NACK_PAUSE_MAX = 1.0
+
+
+def nacked_publish(exc: BaseException) -> bool:
+    """True for a publish the broker confirmed negatively (not a returned, unroutable one)."""
+    cause = exc.__cause__
+    return (isinstance(cause, aiormq.exceptions.DeliveryError)
+            and not isinstance(cause, aiormq.exceptions.PublishError))
 
 
 class CopyTimeout(TransportError):
@@ -39,15 +50,29 @@ class Copier:
                    exchange: str, routing_key: str) -> None:
         """Publish one copy (mandatory, confirmed) within the deadline."""
         what = f"rabbitmq publish to {routing_key}"
+        nacked = 0
         try:
             async with asyncio.timeout(self._timeout):
-                with translated(what):
-                    await sender.basic_publish(body, exchange=exchange, routing_key=routing_key,
-                                               properties=props, mandatory=True)
+                while True:
+                    try:
+                        with translated(what):
+                            await sender.basic_publish(body, exchange=exchange,
+                                                       routing_key=routing_key,
+                                                       properties=props, mandatory=True)
+                        break
+                    except TransportError as exc:
+                        if not nacked_publish(exc):
+                            raise
+                    # A negative confirm: the queue could not take the copy (a quorum queue
+                    # between leaders after a cluster node died). Sent again after a pause,
+                    # the original kept meanwhile: handing it back would bring it straight
+                    # back, counted against the delivery limit each time (faults/cluster).
+                    nacked += 1
+                    await asyncio.sleep(min(NACK_PAUSE * 2 ** (nacked - 1), NACK_PAUSE_MAX))
         except TimeoutError:
             self.stuck = True
             why = ("the broker blocks publishing (a resource alarm)" if self._link.blocked
-                   else "no confirm")
+                   else f"{nacked} negative confirms" if nacked else "no confirm")
             raise CopyTimeout(f"{what}: not confirmed within {self._timeout:g}s "
                               f"(rabbitmq.publish_timeout): {why}") from None
         self.stuck = False

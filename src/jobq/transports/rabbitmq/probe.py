@@ -7,6 +7,7 @@ from aio_pika.abc import AbstractChannel
 
 from jobq.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.topology import node_down
 
 
 class ReadyCount:
@@ -28,7 +29,8 @@ class ReadyCount:
             with translated(self._what):
                 queue = await channel.declare_queue(self._queue, passive=True)
         except TransportError as exc:
-            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
+            cause = exc.__cause__
+            if isinstance(cause, aiormq.exceptions.ChannelNotFoundEntity) and not node_down(cause):
                 return 0  # the broker closed the channel: the next look opens another
-            raise
+            raise  # unknown (a cluster node down holds the queue): the caller keeps its last look
         return int(queue.declaration_result.message_count or 0)

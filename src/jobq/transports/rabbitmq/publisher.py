@@ -240,6 +240,13 @@ class RabbitPublisher:
         elif isinstance(exc, aiormq.exceptions.ChannelInvalidStateError):
             done.unsent.append(i)  # rejected before a frame was written: surely not enqueued
             done.cause = describe_amqp(exc)
+        elif (isinstance(exc, aiormq.exceptions.DeliveryError)
+              and not isinstance(exc, aiormq.exceptions.PublishError)):
+            # A negative confirm: the queue could not take it (a quorum queue between leaders
+            # after a cluster node died). Sent again on a fresh channel: a channel that saw the
+            # leader die may go on refusing (seen in the cluster harness, faults/cluster).
+            done.unsent.append(i)
+            done.cause = "negative confirm (the queue could not take it: no leader yet?)"
         elif isinstance(exc, (TimeoutError, asyncio.CancelledError, *LINK_ERRORS)):
             done.maybe.append(i)
             done.cause = (f"no confirm within {self._cfg.publish_timeout:g}s "
@@ -265,7 +272,10 @@ class RabbitPublisher:
         if queue not in self._declared:
             declaring = await self._link.channel(confirms=False)
             with translated("rabbitmq declare"):
-                await self.topology(queue).declare(declaring)
+                # A classic queue on a cluster node that is down (the pause flag, say) is left
+                # out: publishing needs the exchange and the work queue only.
+                await self.topology(queue).declare_consuming(
+                    declaring, lambda: self._link.channel(confirms=False))
                 await declaring.close()
             self._declared.add(queue)
         return self._raw
@@ -274,9 +284,6 @@ class RabbitPublisher:
         if isinstance(exc, aiormq.exceptions.PublishError):
             return TransportError(f"RabbitMQ returned a message for queue {queue!r}: no queue is "
                                   f"bound for it (run `jobq init --transport=rabbitmq`)")
-        if isinstance(exc, aiormq.exceptions.DeliveryError):
-            return TransportError(f"RabbitMQ refused a message for queue {queue!r} "
-                                  f"(negative confirm): {describe_amqp(exc)}")
         if isinstance(exc, aiormq.exceptions.AMQPError | ConnectionError | OSError | RuntimeError):
             return ConnectionLost(f"rabbitmq publish: {describe_amqp(exc)}")
         if isinstance(exc, TransportError):

@@ -30,8 +30,9 @@ reject-publish``: a publish to a full queue is confirmed negatively.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,23 +207,73 @@ class Topology:
 
         A conflict closes ``channel`` (that is how AMQP reports it): use a channel of its own.
         """
+        await self.declare_replicated(channel)
+        for _, declare in self._single_node():
+            await declare(channel)
+
+    async def declare_consuming(self, channel: AbstractChannel,
+                                aside: Callable[[], Awaitable[AbstractChannel]]) -> list[str]:
+        """What a consumer declares at each session: everything, but a queue that lives on one
+        node (the classic ones) whose node is down is left out, and named in the list returned.
+
+        In a cluster a classic queue is on one node; while that node is down the broker answers
+        its declare with NOT_FOUND ("home node ... is down or inaccessible") and closes the
+        channel. The work queue, its tiers and its crash copies are consumed on, so each
+        classic queue is declared on a channel of its own (``aside``): the pause flag and the
+        tombstones are then read as last known, and dead letters wait (docs/scaling.md).
+        """
+        await self.declare_replicated(channel)
+        down: list[str] = []
+        for name, declare in self._single_node():
+            side = await aside()
+            try:
+                await declare(side)
+            except aiormq.exceptions.ChannelNotFoundEntity as exc:
+                if not node_down(exc):
+                    raise
+                down.append(name)
+            finally:
+                if not side.is_closed:
+                    with contextlib.suppress(Exception):
+                        await side.close()
+        return down
+
+    async def declare_replicated(self, channel: AbstractChannel) -> None:
+        """The exchanges, the work queue, its crash copies and tiers, and a quorum dead queue."""
         try:
             exchange = await channel.declare_exchange(self.exchange, ExchangeType.DIRECT,
                                                       durable=True)
-            dlx = await channel.declare_exchange(self.dlx, ExchangeType.FANOUT, durable=True)
+            await channel.declare_exchange(self.dlx, ExchangeType.FANOUT, durable=True)
             work = await channel.declare_queue(self.queue, durable=True,
                                                arguments=self.work_arguments())
             await work.bind(exchange, routing_key=self.queue)
             await channel.declare_queue(self.alone, durable=True, arguments=self.alone_arguments())
-            await self.declare_paused(channel)
-            await channel.declare_queue(self.cancelled, durable=True,
-                                        arguments=self.cancelled_arguments())
-            dead = await channel.declare_queue(self.dead, durable=True,
-                                               arguments=self.dead_arguments())
-            await dead.bind(dlx, routing_key="")
             for delay in self.tiers:
                 await channel.declare_queue(self.tier_name(delay), durable=True,
                                             arguments=self.tier_arguments(delay))
+            if self.dead_type == "quorum":
+                await self._declare_dead(channel)
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise explain_conflict(exc) from exc
+
+    def _single_node(self) -> list[tuple[str, Callable[[AbstractChannel], Awaitable[object]]]]:
+        """The classic queues and their declares: the pause flag, the tombstones, a classic
+        dead queue."""
+        return [(self.paused, self.declare_paused), (self.cancelled, self._declare_cancelled),
+                *([(self.dead, self._declare_dead)] if self.dead_type == "classic" else [])]
+
+    async def _declare_cancelled(self, channel: AbstractChannel) -> None:
+        try:
+            await channel.declare_queue(self.cancelled, durable=True,
+                                        arguments=self.cancelled_arguments())
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise explain_conflict(exc) from exc
+
+    async def _declare_dead(self, channel: AbstractChannel) -> None:
+        try:
+            dead = await channel.declare_queue(self.dead, durable=True,
+                                               arguments=self.dead_arguments())
+            await dead.bind(self.dlx, routing_key="")
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise explain_conflict(exc) from exc
 
@@ -233,6 +284,12 @@ class Topology:
                                                arguments=self.paused_arguments())
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise explain_conflict(exc) from exc
+
+
+def node_down(exc: BaseException) -> bool:
+    """True for the NOT_FOUND a cluster answers about a classic queue whose node is down."""
+    return isinstance(exc, aiormq.exceptions.ChannelNotFoundEntity) and \
+        "is down or inaccessible" in str(exc)
 
 
 def explain_conflict(exc: BaseException) -> ConfigError:
