@@ -4,13 +4,15 @@
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
 # make chaos: the fault suite (restarts and crashes the local servers, and starts them
 #   again; not part of `make test`).
+# make cluster: the failover drills on servers of their own (a 3-node RabbitMQ cluster, a
+#   PostgreSQL primary and standby; the machine's own servers untouched). CLUSTER_ARGS="--repeat 2"
 # make bench-enqueue: enqueue rates (one at a time, batched, transactional) and jobq relay,
 #   side by side, 3 runs each. ENQUEUE_ARGS="--repeat 5"
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo stack lint unit install clean chaos bench-enqueue
+.PHONY: test demo stack lint unit install clean chaos cluster bench-enqueue
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,6 +46,12 @@ stack: $(STAMP)
 # faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.
 chaos: $(STAMP)
 	$(PY) -m faults $(CHAOS_ARGS)
+
+# The quorum leader killed -9, the primary crashed and its standby promoted, each during a
+# drain with a producer going on; see faults/cluster/__init__.py.
+CLUSTER_ARGS ?=
+cluster: $(STAMP)
+	$(PY) -m faults.cluster $(CLUSTER_ARGS)
 
 # Enqueue rates side by side: one at a time, batched, transactional, and jobq relay.
 ENQUEUE_ARGS ?=

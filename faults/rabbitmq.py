@@ -58,10 +58,12 @@ def rabbitmqctl_rows(*args: str, timeout: float = 60) -> list[list[str]]:
 class RabbitBackend:
     """RabbitMQ with a quorum or classic work queue."""
 
-    def __init__(self, queue_type: str = "quorum", url: str = AMQP_URL) -> None:
+    def __init__(self, queue_type: str = "quorum", url: str = AMQP_URL, node: str | None = None
+                 ) -> None:
         self.name = f"rabbitmq-{queue_type}"
         self.queue_type = queue_type
         self.url = url
+        self.node = node  # rabbitmqctl -n: the node the broker's counters are read from
         self.queue = f"chaos-{queue_type}-{uuid.uuid4().hex[:8]}"
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 5672
@@ -71,6 +73,10 @@ class RabbitBackend:
         # The work queue, its crash copies waiting to run alone, and its retry tiers.
         self.work = (self.queue, f"{self.queue}.alone", *(f"{self.queue}.retry.{t:g}" for t in tiers))
         self.dead = f"{self.queue}.dead"
+
+    def _on_node(self) -> tuple[str, ...]:
+        """rabbitmqctl's flag for the node to ask (none: the machine's own node)."""
+        return ("-n", self.node) if self.node else ()
 
     def _env(self) -> dict[str, str]:
         return base_env(JOBQ_AMQP_URL=self.url, JOBQ_RABBITMQ__QUEUE_TYPE=self.queue_type,
@@ -102,7 +108,8 @@ class RabbitBackend:
 
     def _counters(self) -> dict[str, dict[str, int]]:
         """The broker's counters for each of the run's queues; RuntimeError if it cannot say."""
-        rows = rabbitmqctl_rows("list_queues", "-p", self.vhost, "name", *COUNTERS)
+        rows = rabbitmqctl_rows(*self._on_node(), "list_queues", "-p", self.vhost, "name",
+                                *COUNTERS)
         ours = {row[0]: dict(zip(COUNTERS, map(int, row[1:]), strict=True))
                 for row in rows if row[0] in (*self.work, self.dead)}
         missing = sorted((set(self.work) | {self.dead}) - set(ours))
@@ -154,13 +161,14 @@ class RabbitBackend:
         suffixes = tuple(f":{pid}" for pid in pids)
         # `name` is the TCP pair; the name the client chose is among its client_properties.
         rows = [[row[0], match.group(1)]
-                for row in rabbitmqctl_rows("list_connections", "-p", self.vhost, "pid",
-                                            "client_properties")
+                for row in rabbitmqctl_rows(*self._on_node(), "list_connections", "-p",
+                                            self.vhost, "pid", "client_properties")
                 if (match := CONNECTION_NAME.search(row[-1]))]
         # All at once: each rabbitmqctl takes about a second to start, and the cut should land
         # on every consumer at the same moment, like a network blip.
         closing = [(name, subprocess.Popen(
-            ["rabbitmqctl", "close_connection", conn, "jobq fault suite: connection cut"],
+            ["rabbitmqctl", *self._on_node(), "close_connection", conn,
+             "jobq fault suite: connection cut"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for conn, name in ((row[0], row[-1]) for row in rows)
             if name.startswith("jobq ") and name.endswith(suffixes)]
