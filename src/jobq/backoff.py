@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobq.config import ConnectConfig
+from jobq.within import within
 
 # The ceiling stops doubling after this many steps: far past any cap a config can set, and
 # 2.0 ** n overflows a float near n = 1024, which a loop retrying forever would reach.
@@ -109,7 +110,7 @@ async def pause(delay: float, stop: asyncio.Event | None = None) -> None:
         await asyncio.sleep(delay)
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)
+        await within(stop.wait(), delay)
 
 
 # How an enqueue polls a queue at limits.max_pending for room: briskly, since a consumer frees

@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from jobq.within import within
+
 T = TypeVar("T")
 
 
@@ -34,4 +36,4 @@ class Look(Generic[T]):
         if running is None or running.done():
             running = self._running = asyncio.ensure_future(self._look())
             running.add_done_callback(_retrieve)
-        return await asyncio.wait_for(asyncio.shield(running), timeout)
+        return await within(asyncio.shield(running), timeout)

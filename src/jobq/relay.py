@@ -20,6 +20,7 @@ from typing import Protocol
 from jobq.backoff import Backoff
 from jobq.errors import QueueFull, TransportError, describe
 from jobq.transport import NewJob
+from jobq.within import within
 
 # Publishes the jobs (ids, jobs) and returns the ids it refused, each with the reason: a job
 # the broker can never take (MalformedJob: the outbox dead-letters it instead of retrying it).
@@ -118,4 +119,4 @@ class Relay:
 
 async def _sleep(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        await within(stop.wait(), seconds)

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.transport import Admin
+from jobq.within import within
 
 T = TypeVar("T")
 CALL_TIMEOUT = 10.0  # seconds one backend call of a page may take
@@ -72,7 +73,7 @@ class Source:
         admin = await self._open()
         work = asyncio.ensure_future(self._serially(use, admin))
         try:
-            return await (asyncio.shield(work) if whole else asyncio.wait_for(work, timeout))
+            return await (asyncio.shield(work) if whole else within(work, timeout))
         except ConfigError:
             raise
         except (ConnectionLost, OSError) as exc:
@@ -105,7 +106,7 @@ class Source:
             raise SourceDown(self._problem)
         stack = contextlib.AsyncExitStack()
         try:
-            admin = await asyncio.wait_for(stack.enter_async_context(self.opener()),
+            admin = await within(stack.enter_async_context(self.opener()),
                                            CALL_TIMEOUT)
         except (TransportError, ConfigError, TimeoutError, OSError) as exc:
             await stack.aclose()

@@ -15,6 +15,7 @@ from jobq.due import due_problem, wait_of
 from jobq.errors import ConfigError, MalformedJob
 from jobq.job import Delivery, Job
 from jobq.transport import NewJob
+from jobq.within import within
 
 
 @dataclass(slots=True)
@@ -87,7 +88,7 @@ class MemoryTransport:
             if due or now >= deadline:
                 return [self._deliver(e) for e in due]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.store.changed.wait(), min(0.01, deadline - now))
+                await within(self.store.changed.wait(), min(0.01, deadline - now))
 
     def _deliver(self, entry: Entry) -> Delivery:
         entry.status = "running"

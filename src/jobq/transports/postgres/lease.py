@@ -34,6 +34,7 @@ from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.retention import Pruner, consumer_needs, start
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
+from jobq.within import within
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
 # What a lease-mode consumer does to its tables (docs/security.md); queues: the pause watch.
@@ -142,7 +143,7 @@ class PostgresTransport:
                                    min(remaining, self._cfg.poll_interval),
                                    self._cfg.network_deadline)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await within(self._wake.wait(), wait)
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:
         """Claim from the cursor, or from the start of the queue (cursor.py says which); a

@@ -45,6 +45,7 @@ from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.retention import Pruner, consumer_needs, start
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import storable
+from jobq.within import within
 
 Pool = AsyncConnectionPool[Conn]
 OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
@@ -195,7 +196,7 @@ class PgTransactionTransport:
                                    min(remaining, self._cfg.poll_interval),
                                    self._cfg.network_deadline)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await within(self._wake.wait(), wait)
             self._dry = False
 
     async def ack(self, delivery: Delivery) -> None:

@@ -44,6 +44,7 @@ from jobq.transports.rabbitmq.codec import (
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
 from jobq.transports.rabbitmq.topology import Topology
+from jobq.within import within
 
 LAST_ERROR = "x-jobq-last-error"
 WINDOW = 256  # publishes awaiting their confirms at once
@@ -176,7 +177,7 @@ class RabbitMoves:
         target = channel.default_exchange if not exchange else await channel.get_exchange(
             exchange, ensure=False)
         with translated(f"rabbitmq move to {key}"):
-            await asyncio.wait_for(target.publish(message, routing_key=key, mandatory=True),
+            await within(target.publish(message, routing_key=key, mandatory=True),
                                    self._cfg.publish_timeout)
 
     def _channel(self, *, confirms: bool) -> contextlib.AbstractAsyncContextManager[AbstractChannel]:
