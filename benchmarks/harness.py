@@ -114,9 +114,16 @@ def producer_argv(space: Space, count: int, rate: float = 0.0) -> list[str]:
     return argv + (["--rate", str(rate), "--stamp"] if rate else [])
 
 
-def enqueue(space: Space, count: int, log: Path) -> None:
-    """Pre-enqueue ``count`` jobs with the real producer; raise if it fails."""
-    proc = Proc(producer_argv(space, count), space.env, log)
+def target_producer(target: Target, space: Space, count: int, rate: float = 0.0) -> list[str]:
+    """The target's producer: its own (a peer's) or jobq's ``producer`` command."""
+    if target.producer is not None:
+        return target.producer(target, space, count, rate)
+    return producer_argv(space, count, rate)
+
+
+def enqueue(target: Target, space: Space, count: int, log: Path) -> None:
+    """Pre-enqueue ``count`` jobs with the target's producer; raise if it fails."""
+    proc = Proc(target_producer(target, space, count), space.env, log)
     if proc.wait(max(300.0, count / 2_000)) != 0:
         raise RuntimeError(f"producer failed ({proc.code}): {proc.tail()}")
 
@@ -221,7 +228,7 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
     try:
         space.create()
         if not case.rate:
-            enqueue(space, case.jobs, work_dir / "producer.log")
+            enqueue(target, space, case.jobs, work_dir / "producer.log")
         if case.storage:
             storage["before"] = space.storage()
         run.sampler.start()
@@ -230,8 +237,8 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
         if run.gate is not None:
             run.gate.touch()
         else:
-            run.producer = Proc(producer_argv(space, case.jobs, case.rate), space.env,
-                                work_dir / "producer.log")
+            run.producer = Proc(target_producer(target, space, case.jobs, case.rate),
+                                space.env, work_dir / "producer.log")
         run.supervise()
     finally:
         run.sampler.stop()

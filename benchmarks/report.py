@@ -136,6 +136,41 @@ WAIT_NAMES = {"cpu": "running", "wal": "waiting on WAL flushes", "lock": "on loc
               "io": "on other I/O", "client": "on their client", "other": "other"}
 
 
+def peer_lines(rows: Sequence[Row], targets: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each peer's drain x1, io and latency beside jobq's target of the same backend, and the
+    scenarios it does not run, with the reason."""
+    peers = [n for n, t in targets.items() if t.get("family") == "peer"]
+    if not peers:
+        return []
+    by = {(r["scenario"], r["variant"], r["target"]): r for r in rows}
+    cases = sorted({(r["scenario"], r["variant"]) for r in rows
+                    if r["target"] in peers and (r["scenario"], r["variant"]) != ("drain", "x2")
+                    and (r["scenario"], r["variant"]) != ("drain", "x4")})
+    mine = {"postgres": "postgres-lease", "rabbitmq": "rabbitmq-classic"}
+    out = ["| case | peer | peer | jobq | jobq's edge (>1: jobq better) |",
+           "|---|---|---:|---:|---:|"]
+    for name in peers:
+        ours = mine[targets[name]["backend"]]
+        for scenario, variant in cases:
+            peer, jobq = by.get((scenario, variant, name)), by.get((scenario, variant, ours))
+            if peer is None:
+                continue
+            if scenario == "latency":
+                p99, j99 = peer["latency_ms"].get("p99"), (jobq or {}).get("latency_ms", {}).get("p99")
+                shown = (f"p99 {_num(p99, 1)} ms", f"p99 {_num(j99, 1)} ms ({ours})",
+                         _ratio(p99 / j99 if p99 and j99 else None))  # lower is better
+            else:
+                shown = (f"{_num(peer['throughput'])} jobs/s",
+                         f"{_num(jobq['throughput'])} jobs/s ({ours})" if jobq else "-",
+                         _ratio(jobq["throughput"] / peer["throughput"]
+                                if jobq and peer["throughput"] else None))
+            out.append(f"| {scenario} {variant} | {name} | {' | '.join(shown)} |")
+    for name in peers:
+        for scenario, why in targets[name].get("not_run", {}).items():
+            out.append(f"\n- {name} does not run **{scenario}**: {why}")
+    return out
+
+
 def settings_table(targets: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Each target's description and effective settings."""
     out = ["| target | what | settings |", "|---|---|---|"]
@@ -203,6 +238,12 @@ def render(results: Mapping[str, Any]) -> str:
                   "window (pg_stat_activity, sampled every 20 ms): a commit that waits for its "
                   "WAL flush, a row or buffer lock, or the next message of its client, the "
                   "round trip.", "", *waits, ""]
+    peers = peer_lines(rows, targets)
+    if peers:
+        parts += ["## jobq or a peer library?", "",
+                  "The same cases, the same completion record, each peer run as its "
+                  "documentation runs it (settings below); *x baseline* is against the same "
+                  "bare loop as jobq's. What a peer does not run, and why:", "", *peers, ""]
     parts += ["## Targets and settings", "", *settings_table(targets), "",
               "Scenarios: " + "; ".join(f"**{k}**: {v}" for k, v in results["scenarios"].items()), "",
               "## Environment", "", *environment_lines(results["environment"]), ""]

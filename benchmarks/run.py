@@ -8,6 +8,7 @@ shared machine hits them alike.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import sys
@@ -25,7 +26,7 @@ from benchmarks.reach import unreachable
 from benchmarks.scenarios import FULL, ON_REQUEST, QUICK, QUICK_SCENARIOS, SCENARIOS, Size, scaled
 from benchmarks.spaces import Servers
 from benchmarks.sysinfo import environment
-from benchmarks.targets import TARGETS, Target
+from benchmarks.targets import DEFAULT_TARGETS, PEERS, TARGETS, Target
 
 N = TypeVar("N", int, float)
 
@@ -43,7 +44,9 @@ def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated (default: all)")
+    p.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
+                   help="comma-separated (default: jobq's and the baselines; `peers` adds "
+                        f"{', '.join(PEERS)}, which need `pip install -e '.[peers]'`)")
     p.add_argument("--scenarios", help="comma-separated (default: all but "
                    + ",".join(sorted(ON_REQUEST)) + ", which runs only when named; with --quick: "
                    + ",".join(QUICK_SCENARIOS) + ")")
@@ -131,7 +134,14 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
 def main(argv: list[str] | None = None) -> int:
     """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
     args = parser().parse_args(argv)
-    targets = [TARGETS[n] for n in _names(args.targets, TARGETS, "targets")]
+    names = _names(args.targets, {**TARGETS, "peers": None}, "targets")
+    names = list(dict.fromkeys(p for n in names for p in (PEERS if n == "peers" else (n,))))
+    targets = [TARGETS[n] for n in names]
+    absent = [t for t in targets if t.module and importlib.util.find_spec(t.module) is None]
+    for t in absent:
+        print(f"benchmark: {t.name} is not installed (pip install -e '.[peers]'); skipping it",
+              file=sys.stderr)
+    targets = [t for t in targets if t not in absent]
     default = QUICK_SCENARIOS if args.quick else tuple(n for n in SCENARIOS if n not in ON_REQUEST)
     scenarios = _names(args.scenarios or ",".join(default), SCENARIOS, "scenarios")
     size = QUICK if args.quick else FULL
@@ -184,7 +194,8 @@ def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[
         "scenarios": {name: (SCENARIOS[name].__doc__ or "").strip().rstrip(".") for name in scenarios},
         "targets": {t.name: {"backend": t.backend, "family": t.family, "baseline": t.baseline,
                              "description": t.description, "goal_vs_baseline": t.goal_vs_baseline,
-                             "goal_p99_ms": t.goal_p99_ms, "settings": settings.get(t.name, {})}
+                             "goal_p99_ms": t.goal_p99_ms, "settings": settings.get(t.name, {}),
+                             "not_run": {n: why for n, why in t.cannot.items() if n in scenarios}}
                     for t in targets},
         "summary": summary.aggregate(runs, TARGETS),
         "runs": runs,

@@ -250,3 +250,49 @@ class RabbitSpace:
     def server_waits(self) -> dict[str, int] | None:
         """The broker does not say what its processes wait for."""
         return None
+
+
+def peer_command(peer: str, command: str, space: Space, *args: str) -> None:
+    """``python -m benchmarks.peers.<peer>_peer <command>`` for ``space``; raise if it fails."""
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.peers.{peer}_peer", command, *args],
+                          env=space.env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{peer} {command} failed ({done.returncode}): "
+                           f"{done.stderr.strip()[-500:]}")
+
+
+@dataclass
+class PeerPostgresSpace(PostgresSpace):
+    """A PostgreSQL peer's schema, made by the peer's own ``install`` (its tables, not jobq's)."""
+
+    peer: str = ""
+
+    def create(self) -> None:
+        """The peer's schema, as the peer installs it."""
+        peer_command(self.peer, "install", self, "--dsn", self.servers.pg_dsn,
+                     "--schema", self.schema)
+
+    def storage(self) -> dict[str, Any]:
+        """Not read for peers (their tables are their own)."""
+        return {}
+
+
+@dataclass
+class PeerRabbitSpace(RabbitSpace):
+    """A RabbitMQ peer's queue, declared and deleted by the peer itself."""
+
+    peer: str = ""
+
+    def create(self) -> None:
+        """The peer's queues, as the peer declares them."""
+        peer_command(self.peer, "install", self, "--url", self.servers.amqp_url,
+                     "--queue", self.queue)
+
+    def drop(self) -> None:
+        """The peer's queues deleted."""
+        peer_command(self.peer, "drop", self, "--url", self.servers.amqp_url,
+                     "--queue", self.queue)
+
+    def storage(self) -> dict[str, Any]:
+        """Not read for peers."""
+        return {}

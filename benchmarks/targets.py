@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.spaces import BIN, PostgresSpace, RabbitSpace, Servers, Space
+from benchmarks.spaces import (
+    BIN,
+    PeerPostgresSpace,
+    PeerRabbitSpace,
+    PostgresSpace,
+    RabbitSpace,
+    Servers,
+    Space,
+)
 from jobq.config import load_settings
 
 ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash", "backlog"})
@@ -23,6 +31,9 @@ BASELINE_SCENARIOS = frozenset({"drain", "io", "latency", "backlog"})
 # processes (drain x4) well inside a shared server's max_connections.
 TXN_WORKERS = 8
 TXN_JOB_SCALE = 0.2
+# procrastinate fetches and finishes one job per round trip each (about 25x slower than jobq on
+# a drain here): it drains a tenth of the jobs, so its cases end in seconds, not minutes.
+PROCRASTINATE_JOB_SCALE = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +64,7 @@ class Target:
 
     name: str
     backend: Literal["postgres", "rabbitmq"]
-    family: Literal["jobq", "baseline"]
+    family: Literal["jobq", "baseline", "peer"]
     description: str
     space: Callable[[Servers, dict[str, str]], Space]
     consumer: Callable[[Target, Space, Launch], list[str]]
@@ -70,6 +81,11 @@ class Target:
     # than the others drains fewer jobs so the whole run stays within its time budget (its
     # figures are rates, and its baseline gets the same count).
     job_scale: float = 1.0
+    # A peer's own producer (``benchmarks.peers``); None: jobq's ``producer`` command.
+    producer: Callable[[Target, Space, int, float], list[str]] | None = None
+    # Why it runs none of the other scenarios (the report says so, rather than leave it out).
+    cannot: Mapping[str, str] = field(default_factory=dict)
+    module: str | None = None  # the library a peer needs (the ``peers`` extra)
 
     def make_space(self, servers: Servers, extra: Mapping[str, str] | None = None) -> Space:
         """A fresh space for one case, with this target's environment on top."""
@@ -147,6 +163,47 @@ def raw_pika_consumer(target: Target, space: Space, launch: Launch) -> list[str]
     return argv + (["--once"] if launch.once else [])
 
 
+def peer_args(space: Space) -> list[str]:
+    """Where a peer's jobs are: the server and the case's schema, or its queue."""
+    if isinstance(space, PostgresSpace):
+        return ["--dsn", space.servers.pg_dsn, "--schema", space.schema, "--queue", space.queue]
+    assert isinstance(space, RabbitSpace)
+    return ["--url", space.servers.amqp_url, "--queue", space.queue]
+
+
+def peer_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """``python -m benchmarks.peers.<peer> consume``: the peer's own worker."""
+    argv = [sys.executable, "-m", f"benchmarks.peers.{target.name}_peer", "consume",
+            *peer_args(space), "--dir", str(launch.record_dir), "--sleep-ms",
+            str(launch.work.sleep_ms), "--concurrency", str(launch.concurrency)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def peer_producer(target: Target, space: Space, count: int, rate: float) -> list[str]:
+    """``python -m benchmarks.peers.<peer> produce``: the peer's own enqueue."""
+    return [sys.executable, "-m", f"benchmarks.peers.{target.name}_peer", "produce",
+            *peer_args(space), "--count", str(count), "--rate", str(rate)]
+
+
+def peer_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """What each peer is run with (its module's docstring says why)."""
+    from importlib.metadata import version
+
+    fixed = {"pgqueuer": {"driver": "psycopg (async)",
+                          "batch_size": max(1, min(100, concurrency // 2)),
+                          "max_concurrent_tasks": concurrency,
+                          "enqueue": "lists of 1,000"},
+             "procrastinate": {"connector": "PsycopgConnector", "concurrency": concurrency,
+                               "listen_notify": True, "delete_jobs": "never (its default)",
+                               "enqueue": "batch_defer_async, 1,000 at a time"},
+             "dramatiq": {"broker": "RabbitmqBroker (pika)", "queue_type": "classic (dramatiq's)",
+                          "worker_threads": concurrency, "prefetch": 2 * concurrency,
+                          "enqueue": "actor.send, one message each"}}
+    return {"version": version(target.module or target.name), **fixed[target.name]}
+
+
 def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
     """The consumer's effective configuration, read the way the consumer reads it."""
     s = load_settings(space.config, {"consumer.concurrency": concurrency}, env=space.env)
@@ -205,6 +262,20 @@ def _rmq(servers: Servers, env: dict[str, str]) -> Space:
     return RabbitSpace(servers, env)
 
 
+def _peer_pg(name: str) -> Callable[[Servers, dict[str, str]], Space]:
+    return lambda servers, env: PeerPostgresSpace(servers, env, peer=name)
+
+
+def _peer_rmq(name: str) -> Callable[[Servers, dict[str, str]], Space]:
+    return lambda servers, env: PeerRabbitSpace(servers, env, peer=name)
+
+
+PEER_SCENARIOS = frozenset({"drain", "io", "latency"})
+NOT_PEER = {"failures": "its retry and dead-letter settings differ from jobq's: not compared",
+            "crash": "not driven here: each peer recovers a killed worker its own way",
+            "backlog": "not driven here: the report reads jobq's table and queue for it"}
+
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(name="postgres-lease", backend="postgres", family="jobq", space=_pg,
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg",
@@ -248,4 +319,23 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            consumer=raw_pika_consumer, settings=raw_pika_settings, scenarios=frozenset({"drain"}),
            env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"},
            description="the same bare pika consumer on a classic queue (rabbitmq-classic's)"),
+    Target(name="pgqueuer", backend="postgres", family="peer", space=_peer_pg("pgqueuer"),
+           consumer=peer_consumer, producer=peer_producer, settings=peer_settings,
+           baseline="raw-psycopg", scenarios=PEER_SCENARIOS, cannot=NOT_PEER,
+           module="pgqueuer",
+           description="peer: pgqueuer's QueueManager (psycopg driver), batches up to 100"),
+    Target(name="procrastinate", backend="postgres", family="peer",
+           space=_peer_pg("procrastinate"), consumer=peer_consumer, producer=peer_producer,
+           settings=peer_settings, baseline="raw-psycopg", scenarios=PEER_SCENARIOS,
+           cannot=NOT_PEER, module="procrastinate", job_scale=PROCRASTINATE_JOB_SCALE,
+           description="peer: procrastinate's async worker (psycopg connector), one job per fetch"),
+    Target(name="dramatiq", backend="rabbitmq", family="peer", space=_peer_rmq("dramatiq"),
+           consumer=peer_consumer, producer=peer_producer, settings=peer_settings,
+           baseline="raw-pika-classic", scenarios=PEER_SCENARIOS, cannot=NOT_PEER,
+           module="dramatiq",
+           description="peer: dramatiq's threaded Worker on its own (classic) queue, pika broker"),
 )}
+# The targets a run takes unless --targets names others: jobq and its baselines. The peers
+# need the peers extra and are asked for by name (--targets peers adds all three).
+DEFAULT_TARGETS = tuple(n for n, t in TARGETS.items() if t.family != "peer")
+PEERS = tuple(n for n, t in TARGETS.items() if t.family == "peer")

@@ -33,3 +33,28 @@ def test_a_used_result_directory_is_refused_before_anything_runs(
     with pytest.raises(SystemExit) as stop:
         main(["--out", str(tmp_path), "--quick"])
     assert stop.value.code == 2 and f"--out {tmp_path} is not empty" in capsys.readouterr().err
+
+
+def test_the_peers_are_asked_for_by_name_and_reported_beside_jobq() -> None:
+    from benchmarks.report import peer_lines
+    from benchmarks.targets import DEFAULT_TARGETS, PEERS, TARGETS
+
+    assert set(PEERS) == {"pgqueuer", "procrastinate", "dramatiq"}
+    assert not set(PEERS) & set(DEFAULT_TARGETS)  # make demo and the default run need no extra
+    assert parser().parse_args([]).targets == ",".join(DEFAULT_TARGETS)
+    assert all(TARGETS[p].cannot for p in PEERS)  # what they do not run is said, with why
+
+    def row(target: str, scenario: str, variant: str, jobs_s: float, p99: float = 0) -> dict:
+        return {"target": target, "scenario": scenario, "variant": variant,
+                "throughput": jobs_s, "latency_ms": {"p99": p99} if p99 else {}}
+
+    rows = [row("pgqueuer", "drain", "x1", 2_000), row("postgres-lease", "drain", "x1", 20_000),
+            row("pgqueuer", "latency", "1000/s", 1_000, 12.0),
+            row("postgres-lease", "latency", "1000/s", 1_000, 6.0)]
+    targets = {"pgqueuer": {"family": "peer", "backend": "postgres",
+                            "not_run": {"crash": "its own way"}},
+               "postgres-lease": {"family": "jobq", "backend": "postgres"}}
+    lines = "\n".join(peer_lines(rows, targets))  # type: ignore[arg-type]
+    assert "| drain x1 | pgqueuer | 2,000 jobs/s | 20,000 jobs/s (postgres-lease) | 10.00x |" in lines
+    assert "p99 12.0 ms | p99 6.0 ms (postgres-lease) | 2.00x" in lines
+    assert "pgqueuer does not run **crash**: its own way" in lines

@@ -1,0 +1,54 @@
+"""What every peer's command line shares: the flags, the numbered jobs, the paced producer."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+BATCH = 1_000  # jobs per enqueue call when pre-enqueueing
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """``produce``, ``consume``, ``install`` and ``drop``, with the harness's flags."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("command", choices=("install", "drop", "produce", "consume"))
+    p.add_argument("--dsn", default="", help="PostgreSQL peers")
+    p.add_argument("--schema", default="", help="PostgreSQL peers: the schema of this case")
+    p.add_argument("--url", default="", help="RabbitMQ peers")
+    p.add_argument("--queue", default="bench")
+    p.add_argument("--dir", default="", help="where the completion record goes")
+    p.add_argument("--sleep-ms", type=float, default=0.0, help="work per job")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--gate", default="", help="no job completes before this file exists")
+    p.add_argument("--once", action="store_true", help="exit once the queue is empty")
+    p.add_argument("--count", type=int, default=0, help="produce: jobs to enqueue")
+    p.add_argument("--rate", type=float, default=0.0, help="produce: jobs/s, stamped (0: all now)")
+    return p
+
+
+def payloads(start: int, stop: int, stamp: bool) -> list[bytes]:
+    """The JSON bodies of jobs ``start..stop-1``, with ``sent_at`` when stamped."""
+    now = time.time()
+    return [json.dumps({"n": n, "sent_at": now} if stamp else {"n": n}).encode()
+            for n in range(start, stop)]
+
+
+async def produce(count: int, rate: float,
+                  send: Callable[[Sequence[bytes]], Awaitable[object]]) -> None:
+    """Enqueue ``count`` jobs through ``send``: in batches at once, or open-loop at ``rate``
+    (every millisecond, the jobs due by then, stamped with the time they are sent)."""
+    if not rate:
+        for start in range(0, count, BATCH):
+            await send(payloads(start, min(count, start + BATCH), stamp=False))
+        return
+    began, sent = time.monotonic(), 0
+    while sent < count:
+        due = min(count, int((time.monotonic() - began) * rate) + 1)
+        if due > sent:
+            await send(payloads(sent, due, stamp=True))
+            sent = due
+        else:
+            await asyncio.sleep(0.001)
