@@ -131,17 +131,25 @@ def _positive(kind: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
     return parse
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
-    args = parser().parse_args(argv)
-    names = _names(args.targets, {**TARGETS, "peers": None}, "targets")
+def chosen(text: str) -> tuple[list[Target], list[Target]]:
+    """The targets ``--targets`` names (``peers``: every peer), and those of them whose
+    library is not installed (named on stderr: they are skipped)."""
+    names = _names(text, {**TARGETS, "peers": None}, "targets")
     names = list(dict.fromkeys(p for n in names for p in (PEERS if n == "peers" else (n,))))
     targets = [TARGETS[n] for n in names]
     absent = [t for t in targets if t.module and importlib.util.find_spec(t.module) is None]
     for t in absent:
         print(f"benchmark: {t.name} is not installed (pip install -e '.[peers]'); skipping it",
               file=sys.stderr)
-    targets = [t for t in targets if t not in absent]
+    return [t for t in targets if t not in absent], absent
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, then write results.json, report.md and the charts; exit 1 if a run failed."""
+    args = parser().parse_args(argv)
+    targets, absent = chosen(args.targets)
+    if not targets:
+        return 1
     default = QUICK_SCENARIOS if args.quick else tuple(n for n in SCENARIOS if n not in ON_REQUEST)
     scenarios = _names(args.scenarios or ",".join(default), SCENARIOS, "scenarios")
     size = QUICK if args.quick else FULL
@@ -178,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"benchmark: skipped {', '.join(skipped)} (unreachable: {', '.join(missing)})",
               file=sys.stderr)
-    return 0 if all(r["status"] == "ok" for r in runs) and not skipped else 1
+    if absent:
+        print(f"benchmark: skipped {', '.join(t.name for t in absent)} (not installed)",
+              file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in runs) and not skipped and not absent else 1
 
 
 def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[str], size: Size,

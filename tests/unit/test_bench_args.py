@@ -58,3 +58,14 @@ def test_the_peers_are_asked_for_by_name_and_reported_beside_jobq() -> None:
     assert "| drain x1 | pgqueuer | 2,000 jobs/s | 20,000 jobs/s (postgres-lease) | 10.00x |" in lines
     assert "p99 12.0 ms | p99 6.0 ms (postgres-lease) | 2.00x" in lines
     assert "pgqueuer does not run **crash**: its own way" in lines
+
+
+def test_a_peer_whose_library_is_missing_is_named_and_fails_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pgqueuer" else real(name, *a))
+    assert main(["--targets", "pgqueuer", "--out", str(tmp_path / "out")]) == 1
+    assert "pgqueuer is not installed (pip install -e '.[peers]')" in capsys.readouterr().err
