@@ -28,11 +28,16 @@ lint: $(STAMP)
 
 # Two workers (every test has its own schema or queues), then alone what disturbs the servers
 # for everyone (the broker restart test).
-test: lint
+test: lint tests/keda/node_modules
 	$(PY) -m pytest -q -n 2 -m "not serial"
 	$(PY) -m pytest -q -m serial
 
-unit: $(STAMP)
+# KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
+tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
+	npm ci --prefix tests/keda --silent --no-audit --no-fund
+	touch $@
+
+unit: $(STAMP) tests/keda/node_modules
 	$(PY) -m pytest -q tests/unit
 
 demo: $(STAMP)

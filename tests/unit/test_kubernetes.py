@@ -1,10 +1,17 @@
 """deploy/kubernetes/jobq.yaml: every Kubernetes object valid against the Kubernetes schemas
 (kubernetes-validate, offline, strict), and the parts that must agree with jobq itself: the
 consumer's command and config, the probes on its metrics port, a grace period above its own
-shutdown bound, the KEDA ScaledObject aimed at the Deployment on a metric jobq exports."""
+shutdown bound, the KEDA ScaledObject aimed at the Deployment on a metric jobq exports.
+
+The ScaledObject is validated against KEDA's own CRD schema by @kubernetes-models/keda (the
+schemas generated from KEDA's CRDs, with its validator), installed by `make test` into
+tests/keda with `npm ci` (offline afterwards) and run by node: tests/keda/validate.mjs."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +29,37 @@ MANIFESTS = ROOT / "deploy" / "kubernetes" / "jobq.yaml"
 DOCS = [d for d in yaml.safe_load_all(MANIFESTS.read_text()) if d]
 BY_KIND = {d["kind"]: d for d in DOCS}
 VERSION = "1.30.0"  # the oldest Kubernetes these are meant for; policy/v1 PDBs need 1.21
+
+
+KEDA = ROOT / "tests" / "keda"
+
+
+def keda_validate(docs: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """tests/keda/validate.mjs over ``docs``; fails the test if node or the schemas are missing."""
+    node = shutil.which("node")
+    if node is None or not (KEDA / "node_modules" / "@kubernetes-models" / "keda").is_dir():
+        pytest.fail("KEDA's schemas are not installed: `npm ci --prefix tests/keda` (make test "
+                    "does it) needs node and npm")
+    return subprocess.run([node, str(KEDA / "validate.mjs")], input=json.dumps(docs),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_scaled_object_passes_kedas_own_schema() -> None:
+    keda = [d for d in DOCS if d["apiVersion"] == "keda.sh/v1alpha1"]
+    assert [d["kind"] for d in keda] == ["ScaledObject"]
+    done = keda_validate(keda)
+    assert done.returncode == 0, done.stderr
+    assert "ScaledObject/jobq-consumer: valid" in done.stdout
+
+
+def test_kedas_schema_refuses_a_broken_scaled_object() -> None:
+    broken = json.loads(json.dumps(BY_KIND["ScaledObject"]))
+    del broken["spec"]["scaleTargetRef"]
+    broken["spec"]["triggers"][0]["metadata"] = "threshold=10"  # a map, in KEDA's schema
+    done = keda_validate([broken])
+    assert done.returncode == 1
+    assert "required property scaleTargetRef" in done.stderr, done.stderr
+    assert "triggers/0/metadata must be object" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if d["apiVersion"] != "keda.sh/v1alpha1"],
