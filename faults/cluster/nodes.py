@@ -10,6 +10,7 @@ answer raises ServerDown naming it and its log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -165,12 +166,17 @@ class RabbitCluster:
 
     def stop(self) -> None:
         """Kill every node still running and delete the cluster's files."""
-        for node in self.nodes:
-            try:
-                pid = self.pid(node)
-            except (OSError, RuntimeError):
-                continue  # it never started
-            if not gone(pid):
-                os.kill(pid, signal.SIGKILL)
-                wait_until(lambda p=pid: gone(p), 30, f"{node.name} (pid {pid}) outlived SIGKILL")
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            for node in self.nodes:
+                try:
+                    pid = self.pid(node)
+                except (OSError, RuntimeError):
+                    continue  # it never started
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            for node in self.nodes:  # every node was sent its kill before any wait
+                with contextlib.suppress(OSError, RuntimeError):
+                    pid = self.pid(node)
+                    wait_until(lambda p=pid: gone(p), 30, f"{node.name} (pid {pid}) outlived SIGKILL")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

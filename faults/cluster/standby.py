@@ -61,8 +61,9 @@ class PostgresPair:
         self._run(str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"),
                   "-w", "-t", str(int(READY_S)), *args)
 
-    def start(self) -> None:
-        """initdb and start the primary, clone the standby from it, and wait for streaming."""
+    def start(self, *, standby: bool = True, conf: str = "") -> None:
+        """initdb and start the primary (``conf`` appended to its postgresql.conf), clone the
+        standby from it and wait for streaming (``standby=False``: the primary alone)."""
         taken = [p for p in (self.primary_port, self.standby_port) if tcp_up("127.0.0.1", p)]
         if taken:
             raise ServerDown(f"the pair's ports are taken: {taken} (another harness still "
@@ -70,11 +71,13 @@ class PostgresPair:
         chown_tree(self.dir, USER)
         self._run(str(self.bin / "initdb"), "-D", str(self.primary_dir), "-U", USER,
                   "--auth=trust", "--no-locale", "-E", "UTF8")
-        with (self.primary_dir / "postgresql.conf").open("a") as conf:
-            conf.write("listen_addresses = '127.0.0.1'\n"
+        with (self.primary_dir / "postgresql.conf").open("a") as out:
+            out.write("listen_addresses = '127.0.0.1'\n"
                        f"unix_socket_directories = '{self.dir}'\n"
-                       "max_connections = 100\n")
+                       "max_connections = 100\n" + conf)
         self._ctl(self.primary_dir, "-o", f"-p {self.primary_port}", "start")
+        if not standby:
+            return
         self._run(str(self.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.primary_port),
                   "-U", USER, "-D", str(self.standby_dir), "-R", "-X", "stream", "-C", "-S", SLOT)
         self._ctl(self.standby_dir, "-o", f"-p {self.standby_port}", "start")

@@ -23,7 +23,15 @@ class TransportError(JobqError):
 
 
 class ConnectionLost(TransportError):
-    """The connection to the backend dropped or could not be made; retried with backoff."""
+    """The connection to the backend dropped or could not be made; retried with backoff.
+
+    From an ``enqueue_many``: ``accepted`` holds the ids of the jobs of that call that did get
+    in before the time ran out (they are queued); the others were not enqueued.
+    """
+
+    def __init__(self, message: str = "", *, accepted: tuple[str, ...] = ()) -> None:
+        self.accepted = accepted
+        super().__init__(message)
 
 
 class OutcomeUnknown(ConnectionLost):
@@ -35,9 +43,8 @@ class OutcomeUnknown(ConnectionLost):
 
     def __init__(self, message: str, *, accepted: tuple[str, ...] = (),
                  maybe: tuple[str, ...] = ()) -> None:
-        self.accepted = accepted
         self.maybe = maybe
-        super().__init__(message)
+        super().__init__(message, accepted=accepted)
 
 
 class SettleRejected(JobqError):

@@ -151,3 +151,45 @@ def test_the_publisher_sends_a_nacked_job_again_on_a_fresh_channel() -> None:
     with pytest.raises(TransportError, match="no queue is bound"):  # unroutable stays final
         bounced = SimpleNamespace(delivery=Basic.Return(312, "NO_ROUTE", "jobq", "q"))
         publisher._sort(returned, 0, aiormq.exceptions.PublishError(bounced, None), "q")  # type: ignore[arg-type]
+
+
+async def test_a_copy_refused_to_the_end_ends_as_copy_nacked_and_leaves_the_copier_unstuck() -> None:
+    from jobq.transports.rabbitmq.copies import CopyNacked
+
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
+    copier = Copier(link, timeout=0.3)
+    with pytest.raises(CopyNacked):
+        await copier.send(Nacking(nacks=10**6), b"{}", Basic.Properties(message_id="1"),  # type: ignore[arg-type]
+                          exchange="", routing_key="q.alone")
+    assert not copier.stuck  # refusals are not a dark link: releases are not failed at once
+
+
+async def test_a_nack_from_a_bounded_work_queue_is_final_at_once() -> None:
+    # limits.max_pending: the work queue nacks when full; the original goes back at once.
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
+    sender = Nacking(nacks=1)
+    with pytest.raises(TransportError):
+        await Copier(link, timeout=5, bounded="q").send(  # type: ignore[arg-type]
+            sender, b"{}", Basic.Properties(message_id="1"), exchange="jobq", routing_key="q")
+    assert sender.sent == 1
+
+
+async def test_the_publisher_closes_the_channel_it_lets_go_of() -> None:
+    from jobq.transports.rabbitmq.publisher import RabbitPublisher
+
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
+    publisher = RabbitPublisher(link, RabbitConfig(), queue="q", max_attempts=3)
+    channel = Channel(set(), [])
+    publisher._channel = channel  # type: ignore[assignment]
+    await publisher._drop_channel()
+    assert channel.is_closed and publisher._channel is None
+
+
+def test_a_batch_not_all_enqueued_in_time_names_the_accepted_ones() -> None:
+    from jobq.errors import ConnectionLost
+    from jobq.transports.rabbitmq.publisher import RabbitPublisher, _Round
+
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
+    publisher = RabbitPublisher(link, RabbitConfig(), queue="q", max_attempts=3)
+    err = publisher._unfinished("q", ["1", "2", "3"], [2], [], _Round(unsent=[2], cause="nack"), 5)
+    assert isinstance(err, ConnectionLost) and err.accepted == ("1", "2")

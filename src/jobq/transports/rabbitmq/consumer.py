@@ -66,7 +66,7 @@ from jobq.transports.rabbitmq.codec import (
 )
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
-from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
+from jobq.transports.rabbitmq.copies import Copier, CopyNacked, CopyTimeout
 from jobq.transports.rabbitmq.crashes import crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.tombstones import Tombstones
@@ -106,8 +106,9 @@ class RabbitTransport:
         self._link = link
         # The copies' connection (see copies.py); the consuming one if none is given (tests).
         self._publish_link = publish_link or link
-        self._copier = Copier(self._publish_link, settings.publish_timeout)
         self._limits = limits or LimitsConfig()
+        self._copier = Copier(self._publish_link, settings.publish_timeout,
+                              bounded=queue if self._limits.max_pending else "")
         self._cfg = settings
         self._queue = queue
         self._prefetch = prefetch
@@ -475,6 +476,11 @@ class RabbitTransport:
             # the original with the rest of the session's deliveries).
             session.end(f"publish failed: {describe(exc)}")
             raise
+        except CopyNacked as exc:
+            # Refused for the whole deadline: new channels (the supervisor reconnects), and the
+            # original comes back with the session's other deliveries.
+            session.end(f"copies refused: {describe(exc)}")
+            raise
         except CopyTimeout:
             if patient and self._publish_link.blocked and not self._closing and session.alive:
                 # The alarm came while it waited: hold it too (sent again once unblocked; the
@@ -827,7 +833,8 @@ class RabbitTransport:
         self._log.warning("consumer cancelled by the broker; declaring and subscribing again")
         try:
             with translated("rabbitmq re-declare"):
-                await self._topology.declare_replicated(session.consume)
+                await self._topology.declare_consuming(
+                    session.consume, lambda: self._link.channel(confirms=False))
             await self._subscribe(session)
         except (TransportError, ConfigError) as exc:
             session.end(f"re-subscribe failed: {describe(exc)}")

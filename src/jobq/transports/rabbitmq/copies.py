@@ -33,12 +33,19 @@ class CopyTimeout(TransportError):
     """A copy the broker did not confirm in time (blocked by an alarm, or a dark link)."""
 
 
+class CopyNacked(CopyTimeout):
+    """A copy the broker went on refusing (negative confirms) for the whole deadline: a channel
+    that saw a quorum leader die may refuse until replaced, so the session ends with it."""
+
+
 class Copier:
     """Publishes copies on a session's confirming channel; remembers when publishing is stuck."""
 
-    def __init__(self, link: RabbitLink, timeout: float) -> None:
+    def __init__(self, link: RabbitLink, timeout: float, *, bounded: str = "") -> None:
         self._link = link
         self._timeout = timeout
+        # The work queue when limits.max_pending bounds it: a nack from it means full, final.
+        self._bounded = bounded
         self.stuck = False  # the last copy timed out (and none was confirmed since)
 
     @property
@@ -61,8 +68,8 @@ class Copier:
                                                        properties=props, mandatory=True)
                         break
                     except TransportError as exc:
-                        if not nacked_publish(exc):
-                            raise
+                        if not nacked_publish(exc) or routing_key == self._bounded:
+                            raise  # (a full bounded work queue: handed back at once, as ever)
                     # A negative confirm: the queue could not take the copy (a quorum queue
                     # between leaders after a cluster node died). Sent again after a pause,
                     # the original kept meanwhile: handing it back would bring it straight
@@ -70,9 +77,12 @@ class Copier:
                     nacked += 1
                     await asyncio.sleep(min(NACK_PAUSE * 2 ** (nacked - 1), NACK_PAUSE_MAX))
         except TimeoutError:
+            if nacked:  # refused, not unanswered: the channel is what may be stuck
+                raise CopyNacked(f"{what}: refused ({nacked} negative confirms) for "
+                                 f"{self._timeout:g}s (rabbitmq.publish_timeout)") from None
             self.stuck = True
             why = ("the broker blocks publishing (a resource alarm)" if self._link.blocked
-                   else f"{nacked} negative confirms" if nacked else "no confirm")
+                   else "no confirm")
             raise CopyTimeout(f"{what}: not confirmed within {self._timeout:g}s "
                               f"(rabbitmq.publish_timeout): {why}") from None
         self.stuck = False

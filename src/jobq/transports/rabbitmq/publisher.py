@@ -48,6 +48,9 @@ from jobq.transports.rabbitmq.topology import Topology
 WINDOW = 2000  # publishes awaiting their confirm at once
 
 
+CLOSE_TIMEOUT = 2.0  # seconds a discarded channel's close may take
+
+
 class RabbitPublisher:
     """Publisher for the RabbitMQ backend; declares each queue's topology on first use."""
 
@@ -175,7 +178,7 @@ class RabbitPublisher:
         if last.unsent:
             return ConnectionLost(f"rabbitmq publish to {queue!r}: {len(waiting)} jobs not "
                                   f"enqueued within {wait:g}s (limits.enqueue_timeout): "
-                                  f"{last.cause}")
+                                  f"{last.cause}", accepted=accepted)
         return QueueFull(
             f"queue {queue!r} is full: {self._limits.max_pending} jobs ready "
             f"(limits.max_pending), no room for {len(waiting)} more within {wait:g}s",
@@ -229,8 +232,17 @@ class RabbitPublisher:
                 if isinstance(result, BaseException):
                     self._sort(done, i, result, queue)
         if done.unsent or done.maybe:
-            self._channel = None  # a fresh channel (and connection, if need be) for the next try
+            await self._drop_channel()  # a fresh channel (and connection) for the next try
         return done
+
+    async def _drop_channel(self) -> None:
+        """Let go of the publishing channel, closing it if it is still open (a channel that
+        nacked is healthy to the client: left open it would stay on the connection)."""
+        channel, self._channel, self._raw = self._channel, None, None
+        if channel is not None and not channel.is_closed:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await channel.close()
 
     def _sort(self, done: _Round, i: int, exc: BaseException, queue: str) -> None:
         """File a failed publish: refused, never sent, maybe sent; or raise what is final."""
