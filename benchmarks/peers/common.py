@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 BATCH = 1_000  # jobs per enqueue call when pre-enqueueing
 
@@ -52,3 +57,24 @@ async def produce(count: int, rate: float,
             sent = due
         else:
             await asyncio.sleep(0.001)
+
+
+async def create_schema(args: argparse.Namespace) -> None:
+    """The case's schema, for a PostgreSQL peer to install itself into."""
+    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(args.schema)))
+
+
+async def drop_schema(args: argparse.Namespace) -> None:
+    """The case's schema dropped, with everything the peer put in it."""
+    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+            sql.Identifier(args.schema)))
+
+
+def main(doc: str | None, commands: Mapping[str, Callable[[argparse.Namespace], Any]]) -> None:
+    """Parse the command line and run its command (a coroutine function on its own loop)."""
+    args = parser(doc).parse_args()
+    done = commands[args.command](args)
+    if inspect.iscoroutine(done):
+        asyncio.run(done)

@@ -26,7 +26,8 @@ import dramatiq
 import pika  # type: ignore[import-untyped]
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-from benchmarks.peers.common import parser, produce
+from benchmarks.peers import common
+from benchmarks.peers.common import produce
 from benchmarks.processors import Recorder
 
 IDLE_S = 1.0  # --once: nothing completed for this long after the first job: done
@@ -107,8 +108,8 @@ def consumer(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """``python -m benchmarks.peers.dramatiq_peer install|drop|produce|consume ...``."""
-    args = parser(__doc__).parse_args()
-    {"install": install, "drop": drop, "produce": producer, "consume": consumer}[args.command](args)
+    common.main(__doc__, {"install": install, "drop": drop, "produce": producer,
+                          "consume": consumer})
 
 
 if __name__ == "__main__":

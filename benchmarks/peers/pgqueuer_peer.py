@@ -28,9 +28,10 @@ from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
-from psycopg import conninfo, sql
+from psycopg import conninfo
 
-from benchmarks.peers.common import parser, produce
+from benchmarks.peers import common
+from benchmarks.peers.common import create_schema, drop_schema, produce
 from benchmarks.processors import Gate, Recorder
 
 BATCH = 100
@@ -43,16 +44,9 @@ async def connect(args: argparse.Namespace) -> psycopg.AsyncConnection[object]:
 
 
 async def install(args: argparse.Namespace) -> None:
-    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(args.schema)))
+    await create_schema(args)
     async with await connect(args) as conn:
         await Queries(PsycopgDriver(conn)).install()
-
-
-async def drop(args: argparse.Namespace) -> None:
-    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-            sql.Identifier(args.schema)))
 
 
 async def producer(args: argparse.Namespace) -> None:
@@ -88,9 +82,8 @@ async def consumer(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """``python -m benchmarks.peers.pgqueuer_peer install|drop|produce|consume ...``."""
-    args = parser(__doc__).parse_args()
-    command = {"install": install, "drop": drop, "produce": producer, "consume": consumer}
-    asyncio.run(command[args.command](args))
+    common.main(__doc__, {"install": install, "drop": drop_schema, "produce": producer,
+                          "consume": consumer})
 
 
 if __name__ == "__main__":

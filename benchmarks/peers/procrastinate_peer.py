@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import procrastinate
-import psycopg
-from psycopg import conninfo, sql
+from psycopg import conninfo
 
-from benchmarks.peers.common import parser, produce
+from benchmarks.peers import common
+from benchmarks.peers.common import create_schema, drop_schema, produce
 from benchmarks.processors import Gate, Recorder
 
 
@@ -32,17 +32,10 @@ def app_for(args: argparse.Namespace) -> procrastinate.App:
 
 
 async def install(args: argparse.Namespace) -> None:
-    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(args.schema)))
+    await create_schema(args)
     app = app_for(args)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
-
-
-async def drop(args: argparse.Namespace) -> None:
-    async with await psycopg.AsyncConnection.connect(args.dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-            sql.Identifier(args.schema)))
 
 
 async def producer(args: argparse.Namespace) -> None:
@@ -76,9 +69,8 @@ async def consumer(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """``python -m benchmarks.peers.procrastinate_peer install|drop|produce|consume ...``."""
-    args = parser(__doc__).parse_args()
-    command = {"install": install, "drop": drop, "produce": producer, "consume": consumer}
-    asyncio.run(command[args.command](args))
+    common.main(__doc__, {"install": install, "drop": drop_schema, "produce": producer,
+                          "consume": consumer})
 
 
 if __name__ == "__main__":
