@@ -75,6 +75,13 @@ def describe_amqp(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def nacked(exc: BaseException | None) -> bool:
+    """True for aiormq's negative confirm of a publish (a DeliveryError that is not a returned,
+    unroutable message: PublishError)."""
+    return (isinstance(exc, aiormq.exceptions.DeliveryError)
+            and not isinstance(exc, aiormq.exceptions.PublishError))
+
+
 def translated(what: str) -> AbstractContextManager[None]:
     """Turn driver errors into jobq's: ConnectionLost when the link broke, else TransportError."""
     return common.translating(what, lost=LINK_ERRORS, failed=(aiormq.exceptions.AMQPError, RuntimeError),

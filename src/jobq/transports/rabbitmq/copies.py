@@ -11,22 +11,14 @@ from __future__ import annotations
 
 import asyncio
 
-import aiormq
 from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
 from jobq.errors import TransportError
-from jobq.transports.rabbitmq.connect import RabbitLink, translated
+from jobq.transports.rabbitmq.connect import RabbitLink, nacked, translated
 
 NACK_PAUSE = 0.05  # seconds before a nacked copy is sent again, doubling up to NACK_PAUSE_MAX
 NACK_PAUSE_MAX = 1.0
-
-
-def nacked_publish(exc: BaseException) -> bool:
-    """True for a publish the broker confirmed negatively (not a returned, unroutable one)."""
-    cause = exc.__cause__
-    return (isinstance(cause, aiormq.exceptions.DeliveryError)
-            and not isinstance(cause, aiormq.exceptions.PublishError))
 
 
 class CopyTimeout(TransportError):
@@ -57,7 +49,7 @@ class Copier:
                    exchange: str, routing_key: str) -> None:
         """Publish one copy (mandatory, confirmed) within the deadline."""
         what = f"rabbitmq publish to {routing_key}"
-        nacked = 0
+        nacks = 0
         try:
             async with asyncio.timeout(self._timeout):
                 while True:
@@ -68,17 +60,17 @@ class Copier:
                                                        properties=props, mandatory=True)
                         break
                     except TransportError as exc:
-                        if not nacked_publish(exc) or routing_key == self._bounded:
+                        if not nacked(exc.__cause__) or routing_key == self._bounded:
                             raise  # (a full bounded work queue: handed back at once, as ever)
                     # A negative confirm: the queue could not take the copy (a quorum queue
                     # between leaders after a cluster node died). Sent again after a pause,
                     # the original kept meanwhile: handing it back would bring it straight
                     # back, counted against the delivery limit each time (faults/cluster).
-                    nacked += 1
-                    await asyncio.sleep(min(NACK_PAUSE * 2 ** (nacked - 1), NACK_PAUSE_MAX))
+                    nacks += 1
+                    await asyncio.sleep(min(NACK_PAUSE * 2 ** (nacks - 1), NACK_PAUSE_MAX))
         except TimeoutError:
-            if nacked:  # refused, not unanswered: the channel is what may be stuck
-                raise CopyNacked(f"{what}: refused ({nacked} negative confirms) for "
+            if nacks:  # refused, not unanswered: the channel is what may be stuck
+                raise CopyNacked(f"{what}: refused ({nacks} negative confirms) for "
                                  f"{self._timeout:g}s (rabbitmq.publish_timeout)") from None
             self.stuck = True
             why = ("the broker blocks publishing (a resource alarm)" if self._link.blocked

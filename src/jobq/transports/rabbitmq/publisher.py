@@ -42,7 +42,13 @@ from jobq.errors import (
 )
 from jobq.transport import NewJob
 from jobq.transports.rabbitmq.codec import Outgoing, due_at, encode_job, new_job_id
-from jobq.transports.rabbitmq.connect import LINK_ERRORS, RabbitLink, describe_amqp, translated
+from jobq.transports.rabbitmq.connect import (
+    LINK_ERRORS,
+    RabbitLink,
+    describe_amqp,
+    nacked,
+    translated,
+)
 from jobq.transports.rabbitmq.topology import Topology
 
 WINDOW = 2000  # publishes awaiting their confirm at once
@@ -246,19 +252,17 @@ class RabbitPublisher:
 
     def _sort(self, done: _Round, i: int, exc: BaseException, queue: str) -> None:
         """File a failed publish: refused, never sent, maybe sent; or raise what is final."""
-        if (self._limits.max_pending and isinstance(exc, aiormq.exceptions.DeliveryError)
-                and not isinstance(exc, aiormq.exceptions.PublishError)):
+        if nacked(exc) and self._limits.max_pending:
             done.refused.append(i)  # a negative confirm: the queue is at x-max-length
-        elif isinstance(exc, aiormq.exceptions.ChannelInvalidStateError):
-            done.unsent.append(i)  # rejected before a frame was written: surely not enqueued
-            done.cause = describe_amqp(exc)
-        elif (isinstance(exc, aiormq.exceptions.DeliveryError)
-              and not isinstance(exc, aiormq.exceptions.PublishError)):
+        elif nacked(exc):
             # A negative confirm: the queue could not take it (a quorum queue between leaders
             # after a cluster node died). Sent again on a fresh channel: a channel that saw the
             # leader die may go on refusing (seen in the cluster harness, faults/cluster).
             done.unsent.append(i)
             done.cause = "negative confirm (the queue could not take it: no leader yet?)"
+        elif isinstance(exc, aiormq.exceptions.ChannelInvalidStateError):
+            done.unsent.append(i)  # rejected before a frame was written: surely not enqueued
+            done.cause = describe_amqp(exc)
         elif isinstance(exc, (TimeoutError, asyncio.CancelledError, *LINK_ERRORS)):
             done.maybe.append(i)
             done.cause = (f"no confirm within {self._cfg.publish_timeout:g}s "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,7 +240,7 @@ class Topology:
 
     async def declare_replicated(self, channel: AbstractChannel) -> None:
         """The exchanges, the work queue, its crash copies and tiers, and a quorum dead queue."""
-        try:
+        with explained():
             exchange = await channel.declare_exchange(self.exchange, ExchangeType.DIRECT,
                                                       durable=True)
             await channel.declare_exchange(self.dlx, ExchangeType.FANOUT, durable=True)
@@ -251,10 +251,8 @@ class Topology:
             for delay in self.tiers:
                 await channel.declare_queue(self.tier_name(delay), durable=True,
                                             arguments=self.tier_arguments(delay))
-            if self.dead_type == "quorum":
-                await self._declare_dead(channel)
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            raise explain_conflict(exc) from exc
+        if self.dead_type == "quorum":
+            await self._declare_dead(channel)
 
     def _single_node(self) -> list[tuple[str, Callable[[AbstractChannel], Awaitable[object]]]]:
         """The classic queues and their declares: the pause flag, the tombstones, a classic
@@ -263,27 +261,30 @@ class Topology:
                 *([(self.dead, self._declare_dead)] if self.dead_type == "classic" else [])]
 
     async def _declare_cancelled(self, channel: AbstractChannel) -> None:
-        try:
+        with explained():
             await channel.declare_queue(self.cancelled, durable=True,
                                         arguments=self.cancelled_arguments())
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            raise explain_conflict(exc) from exc
 
     async def _declare_dead(self, channel: AbstractChannel) -> None:
-        try:
+        with explained():
             dead = await channel.declare_queue(self.dead, durable=True,
                                                arguments=self.dead_arguments())
             await dead.bind(self.dlx, routing_key="")
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            raise explain_conflict(exc) from exc
 
     async def declare_paused(self, channel: AbstractChannel) -> AbstractQueue:
         """Declare the pause flag (idempotent); its declare-ok counts the ready messages."""
-        try:
+        with explained():
             return await channel.declare_queue(self.paused, durable=True,
                                                arguments=self.paused_arguments())
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            raise explain_conflict(exc) from exc
+
+
+@contextlib.contextmanager
+def explained() -> Iterator[None]:
+    """A declare's PRECONDITION_FAILED as the ConfigError of ``explain_conflict``."""
+    try:
+        yield
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        raise explain_conflict(exc) from exc
 
 
 def node_down(exc: BaseException) -> bool:
