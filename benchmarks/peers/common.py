@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 BATCH = 1_000  # jobs per enqueue call when pre-enqueueing
 
@@ -57,6 +57,11 @@ async def produce(count: int, rate: float,
             sent = due
         else:
             await asyncio.sleep(0.001)
+
+
+def schema_dsn(args: argparse.Namespace) -> str:
+    """The server's DSN with ``search_path`` set to the case's schema (PostgreSQL peers)."""
+    return conninfo.make_conninfo(args.dsn, options=f"-c search_path={args.schema}")
 
 
 async def create_schema(args: argparse.Namespace) -> None:

@@ -28,10 +28,9 @@ from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
-from psycopg import conninfo
 
 from benchmarks.peers import common
-from benchmarks.peers.common import create_schema, drop_schema, produce
+from benchmarks.peers.common import create_schema, drop_schema, produce, schema_dsn
 from benchmarks.processors import Gate, Recorder
 
 BATCH = 100
@@ -39,8 +38,7 @@ BATCH = 100
 
 async def connect(args: argparse.Namespace) -> psycopg.AsyncConnection[object]:
     """An autocommit connection whose search_path is the case's schema."""
-    dsn = conninfo.make_conninfo(args.dsn, options=f"-c search_path={args.schema}")
-    return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    return await psycopg.AsyncConnection.connect(schema_dsn(args), autocommit=True)
 
 
 async def install(args: argparse.Namespace) -> None:

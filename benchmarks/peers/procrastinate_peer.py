@@ -18,17 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import procrastinate
-from psycopg import conninfo
 
 from benchmarks.peers import common
-from benchmarks.peers.common import create_schema, drop_schema, produce
+from benchmarks.peers.common import create_schema, drop_schema, produce, schema_dsn
 from benchmarks.processors import Gate, Recorder
 
 
 def app_for(args: argparse.Namespace) -> procrastinate.App:
     """A procrastinate App whose connections use the case's schema."""
-    dsn = conninfo.make_conninfo(args.dsn, options=f"-c search_path={args.schema}")
-    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=schema_dsn(args)))
 
 
 async def install(args: argparse.Namespace) -> None:
