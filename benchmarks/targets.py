@@ -23,6 +23,7 @@ from benchmarks.spaces import (
     Space,
 )
 from jobq.config import load_settings
+from jobq.container import pool_buffer, pool_buffer_max
 
 ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash", "backlog"})
 # A bare loop has no retries and no lease rescue: it runs the scenarios that need neither.
@@ -211,7 +212,10 @@ def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, A
                            "event_loop": s.event_loop}
     if target.backend == "postgres":
         pg = s.postgres
-        out.update(claim=pg.claim, claim_batch_max=concurrency + s.consumer.buffer_size,
+        grown = pool_buffer_max(s)
+        if grown:
+            out["buffer"] = f"{s.consumer.buffer_size}, grown to {grown} for short jobs (sizing.py)"
+        out.update(claim=pg.claim, claim_batch_max=concurrency + max(pool_buffer(s), grown),
                    commit="claims and acks synchronous_commit=off (per statement)"
                    if pg.claim == "lease" else "server default",
                    ack_batch=pg.ack_batch, ack_interval_s=pg.ack_interval, lease_s=pg.lease,

@@ -20,7 +20,7 @@ from typing import Protocol
 from jobq.api import connect_publisher
 from jobq.cli import OVERRIDES, consumer_parser
 from jobq.config import Settings, load_settings
-from jobq.container import rmq_prefetch
+from jobq.container import pool_buffer_max, rmq_prefetch
 from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,10 +128,11 @@ def consumer_settings(argv: list[str], env: dict[str, str]) -> Settings:
 
 
 def capacity(settings: Settings) -> int:
-    """What one consumer can hold at once: the RabbitMQ prefetch, else concurrency + buffer."""
+    """What one consumer can hold at once: the RabbitMQ prefetch, else concurrency + buffer
+    (in lease mode with the buffer left to jobq, as far as jobq may grow it: sizing.py)."""
     if settings.transport == "rabbitmq":
         return rmq_prefetch(settings)
-    return settings.consumer.concurrency + settings.consumer.buffer_size
+    return settings.consumer.concurrency + max(settings.consumer.buffer_size, pool_buffer_max(settings))
 
 
 def record_args(record_dir: Path, options: Options) -> list[str]:

@@ -2,7 +2,8 @@
 
 The duplicate bound. A consumer that is killed, or that loses its connections (a server
 restart, pg_terminate_backend, a closed AMQP connection), may lose at most what it holds: its
-capacity, ``consumer.concurrency + consumer.buffer`` (the RabbitMQ prefetch, which defaults to
+capacity, ``consumer.concurrency + consumer.buffer`` (in lease mode with the buffer left to jobq,
+as far as jobq may grow it; the RabbitMQ prefetch, which defaults to
 the same), read from the settings the suite starts consumers with. Each such loss is one
 exposure; a job held then may have completed (recorded) without its ack landing, and runs
 again. So a run may show at most ``capacity x exposures`` duplicates, where exposures = kills +

@@ -61,7 +61,7 @@ class ConsumerConfig:
     """The worker pool and the processor it runs."""
 
     concurrency: int = 32
-    buffer: int = -1  # -1: as large as concurrency
+    buffer: int = -1  # -1: as large as concurrency (grown for short jobs in lease mode: sizing.py)
     job_timeout: float = 300.0
     shutdown_timeout: float = 30.0
     # /healthz fails when jobs are held and none started or settled for this long; 0: job_timeout + 60

@@ -35,6 +35,7 @@ from jobq.relay import Outbox, Relay
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 from jobq.schedules import Ticks
+from jobq.sizing import CEILING as BUFFER_CEILING
 from jobq.threads import HandlerThreads
 from jobq.transport import Admin, Publisher, Transport
 
@@ -98,6 +99,16 @@ def pool_buffer(settings: Settings) -> int:
     transaction and a row lock while it waits, so the pool claims only for a free worker.
     """
     return 0 if transaction_mode(settings) else settings.consumer.buffer_size
+
+
+def pool_buffer_max(settings: Settings) -> int:
+    """How far jobq may grow the buffer for short jobs (sizing.py): only in lease mode with
+    ``consumer.buffer`` left to jobq (-1). A lease claim takes at most the free room, so
+    there the buffer is the claim's batch size; RabbitMQ's prefetch is set once per
+    session, and a configured buffer is kept as it is."""
+    if settings.transport != "postgres" or transaction_mode(settings) or settings.consumer.buffer >= 0:
+        return 0
+    return max(BUFFER_CEILING, settings.consumer.buffer_size)
 
 
 async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[Any]:
@@ -301,6 +312,7 @@ class Container(containers.DeclarativeContainer):
         policy=policy,
         concurrency=cfg.consumer.concurrency,
         buffer_size=providers.Callable(pool_buffer, settings),
+        buffer_max=providers.Callable(pool_buffer_max, settings),
         job_timeout=cfg.consumer.job_timeout,
         shutdown_timeout=cfg.consumer.shutdown_timeout,
         poll_timeout=cfg.postgres.poll_interval,

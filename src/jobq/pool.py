@@ -27,6 +27,7 @@ from jobq.job import Delivery, Job, Outcome
 from jobq.pausing import PauseWatch
 from jobq.processor import Handler
 from jobq.retry import RetryDecision, RetryPolicy
+from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 
@@ -94,6 +95,7 @@ class WorkerPool:
         concurrency: int,
         buffer_size: int,
         job_timeout: float | None,
+        buffer_max: int = 0,
         shutdown_timeout: float,
         poll_timeout: float = 1.0,
         once: bool = False,
@@ -107,8 +109,11 @@ class WorkerPool:
         self._handler = handler
         self._policy = policy
         self._concurrency = concurrency
-        self._capacity = concurrency + buffer_size
-        self._low_water = max(1, self._capacity // 4)
+        # buffer_max above buffer_size: jobq sizes the buffer by the settle rate (sizing.py).
+        self._sizer = BufferSizer(buffer_size, buffer_max)
+        self._capacity = 0
+        self._low_water = 1
+        self._resize(buffer_size)
         self._job_timeout = job_timeout
         self._shutdown_timeout = shutdown_timeout
         self._poll_timeout = poll_timeout
@@ -289,6 +294,8 @@ class WorkerPool:
                 if not await self._hold():
                     return
                 continue
+            if not self._sizer.fixed:
+                self._resize(self._sizer.measure(time.monotonic(), self.stats.settled))
             room = self._capacity - self._outstanding
             # Claim in batches: wait until a quarter of the capacity is free, unless the
             # workers are about to starve.
@@ -314,6 +321,10 @@ class WorkerPool:
             self._accept(batch)
             if self._isolated:
                 await self._run_isolated()
+
+    def _resize(self, buffer_size: int) -> None:
+        self._capacity = self._concurrency + buffer_size
+        self._low_water = max(1, self._capacity // 4)
 
     def _accept(self, batch: list[Delivery]) -> None:
         """Take a received batch in: to the workers, isolated ones aside to run alone."""
