@@ -201,7 +201,16 @@ def peer_settings(target: Target, space: Space, concurrency: int) -> dict[str, A
                                "enqueue": "batch_defer_async, 1,000 at a time"},
              "dramatiq": {"broker": "RabbitmqBroker (pika)", "queue_type": "classic (dramatiq's)",
                           "worker_threads": concurrency, "prefetch": 2 * concurrency,
-                          "enqueue": "actor.send, one message each"}}
+                          "enqueue": "actor.send, one message each"},
+             "celery": {"broker": "RabbitMQ via kombu (py-amqp)",
+                        "queue_type": "classic (Celery's default queue, durable)",
+                        "pool": "threads (one worker process)", "concurrency": concurrency,
+                        "prefetch": f"{4 * concurrency} (worker_prefetch_multiplier 4, "
+                                    "its default)",
+                        "acks_late": "on (its default is off; jobq acks after the job)",
+                        "results": "none (task_ignore_result)",
+                        "enqueue": "apply_async, one message each",
+                        "publisher_confirms": "off (its default)"}}
     return {"version": version(target.module or target.name), **fixed[target.name]}
 
 
@@ -338,8 +347,14 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            baseline="raw-pika-classic", scenarios=PEER_SCENARIOS, cannot=NOT_PEER,
            module="dramatiq",
            description="peer: dramatiq's threaded Worker on its own (classic) queue, pika broker"),
+    Target(name="celery", backend="rabbitmq", family="peer", space=_peer_rmq("celery"),
+           consumer=peer_consumer, producer=peer_producer, settings=peer_settings,
+           baseline="raw-pika-classic", scenarios=PEER_SCENARIOS, cannot=NOT_PEER,
+           module="celery",
+           description="peer: one Celery worker, threads pool, acks_late, on its own (classic) "
+                       "queue, py-amqp broker"),
 )}
 # The targets a run takes unless --targets names others: jobq and its baselines. The peers
-# need the peers extra and are asked for by name (--targets peers adds all three).
+# need the peers extra and are asked for by name (--targets peers adds all four).
 DEFAULT_TARGETS = tuple(n for n, t in TARGETS.items() if t.family != "peer")
 PEERS = tuple(n for n, t in TARGETS.items() if t.family == "peer")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -66,3 +67,59 @@ def test_a_backend_that_does_not_answer_is_skipped_and_the_other_runs(
     assert "skipped postgres-lease (unreachable: postgres)" in done.stderr
     rows = json.loads((out / "results.json").read_text())["summary"]
     assert [(r["target"], r["status"], r["lost"]) for r in rows] == [("rabbitmq-quorum", "ok", 0)]
+
+
+def test_the_celery_peer_drains_and_sleeps_with_nothing_lost_and_drops_what_it_declared(
+        amqp_url: str, tmp_path: Path) -> None:
+    # The peers extra is not part of dev: without Celery installed this test cannot run.
+    pytest.importorskip("celery", reason="the peers extra is not installed "
+                                         "(pip install -e '.[peers]')")
+    import pika
+
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--jobs", "300", "--scenarios", "drain,io",
+         "--targets", "celery", "--no-charts", "--out", str(out)],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    rows = results["summary"]
+    assert sorted((r["target"], r["scenario"]) for r in rows) == [("celery", "drain"), ("celery", "io")]
+    assert all(r["lost"] == 0 and r["status"] == "ok" and r["throughput"] > 0 for r in rows), rows
+    settings = results["runs"][0]["settings"]
+    assert settings["pool"].startswith("threads") and settings["acks_late"].startswith("on")
+
+    # Its own install and drop: the case's queue and exchange, gone afterwards.
+    queue = f"celery-drop-{uuid.uuid4().hex[:8]}"
+
+    def peer(command: str) -> None:
+        step = subprocess.run([sys.executable, "-m", "benchmarks.peers.celery_peer", command,
+                               "--url", amqp_url, "--queue", queue], cwd=ROOT, env=cli_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert step.returncode == 0, step.stderr[-2000:]
+
+    def declared() -> list[bool]:
+        found = []
+        connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        try:
+            for passive in (lambda ch: ch.queue_declare(queue, passive=True),
+                            lambda ch: ch.exchange_declare(queue, passive=True)):
+                channel = connection.channel()
+                try:
+                    passive(channel)
+                except pika.exceptions.ChannelClosedByBroker as exc:
+                    assert exc.reply_code == 404
+                    found.append(False)
+                else:
+                    channel.close()
+                    found.append(True)
+        finally:
+            connection.close()
+        return found
+
+    try:
+        peer("install")
+        assert declared() == [True, True]
+    finally:
+        peer("drop")
+    assert declared() == [False, False]

@@ -39,7 +39,7 @@ def test_the_peers_are_asked_for_by_name_and_reported_beside_jobq() -> None:
     from benchmarks.report import peer_lines
     from benchmarks.targets import DEFAULT_TARGETS, PEERS, TARGETS
 
-    assert set(PEERS) == {"pgqueuer", "procrastinate", "dramatiq"}
+    assert set(PEERS) == {"pgqueuer", "procrastinate", "dramatiq", "celery"}
     assert not set(PEERS) & set(DEFAULT_TARGETS)  # make demo and the default run need no extra
     assert parser().parse_args([]).targets == ",".join(DEFAULT_TARGETS)
     assert all(TARGETS[p].cannot for p in PEERS)  # what they do not run is said, with why
@@ -60,12 +60,58 @@ def test_the_peers_are_asked_for_by_name_and_reported_beside_jobq() -> None:
     assert "pgqueuer does not run **crash**: its own way" in lines
 
 
+@pytest.mark.parametrize("peer", ["pgqueuer", "celery"])
 def test_a_peer_whose_library_is_missing_is_named_and_fails_the_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        peer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "pgqueuer" else real(name, *a))
-    assert main(["--targets", "pgqueuer", "--out", str(tmp_path / "out")]) == 1
-    assert "pgqueuer is not installed (pip install -e '.[peers]')" in capsys.readouterr().err
+                        lambda name, *a: None if name == peer else real(name, *a))
+    assert main(["--targets", peer, "--out", str(tmp_path / "out")]) == 1
+    assert f"{peer} is not installed (pip install -e '.[peers]')" in capsys.readouterr().err
+
+
+def test_peers_expands_to_every_peer_celery_included_each_on_its_own_module() -> None:
+    from benchmarks.run import chosen
+    from benchmarks.spaces import PeerRabbitSpace, Servers
+    from benchmarks.targets import PEER_SCENARIOS, PEERS, TARGETS, Launch, Work
+
+    present, absent = chosen("peers")  # those not installed here are named and left out
+    assert sorted(t.name for t in present + absent) == sorted(PEERS) and "celery" in PEERS
+    celery = TARGETS["celery"]
+    assert (celery.backend, celery.family, celery.baseline, celery.module) == (
+        "rabbitmq", "peer", "raw-pika-classic", "celery")
+    assert celery.baseline in TARGETS and celery.scenarios == PEER_SCENARIOS and celery.cannot
+    space = celery.make_space(Servers())
+    assert isinstance(space, PeerRabbitSpace) and space.peer == "celery"
+    argv = celery.consumer(celery, space, Launch(record_dir=Path("/r"), work=Work(sleep_ms=10),
+                                                 concurrency=100, once=True))
+    assert argv[1:4] == ["-m", "benchmarks.peers.celery_peer", "consume"]
+    assert argv[argv.index("--concurrency"):][:2] == ["--concurrency", "100"] and "--once" in argv
+    assert argv[argv.index("--sleep-ms"):][:2] == ["--sleep-ms", "10"]
+    assert celery.producer is not None
+    assert celery.producer(celery, space, 50, 1000.0)[1:4] == ["-m", "benchmarks.peers.celery_peer",
+                                                               "produce"]
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "peers"
+    assert all((root / f"{name}_peer.py").is_file() for name in PEERS)
+
+
+def test_each_peer_states_its_settings_celery_its_pool_prefetch_and_acks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from benchmarks.spaces import Servers
+    from benchmarks.targets import PEERS, TARGETS
+
+    # The version is read from the installed library: stubbed, the peers extra is not in dev.
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: f"{name}-version")
+    for name in PEERS:
+        t = TARGETS[name]
+        assert t.describe_settings(t.make_space(Servers()), 32)["version"] == f"{t.module}-version"
+    celery = TARGETS["celery"].describe_settings(TARGETS["celery"].make_space(Servers()), 32)
+    assert celery["pool"].startswith("threads") and celery["concurrency"] == 32
+    assert celery["prefetch"].startswith("128 (worker_prefetch_multiplier 4")
+    assert celery["acks_late"].startswith("on") and "kombu" in celery["broker"]
+    assert celery["enqueue"] == "apply_async, one message each"
