@@ -18,7 +18,7 @@ from pamqp import commands, decode, encode, frame, header
 from pamqp.commands import Basic
 from pamqp.exceptions import UnmarshalingException
 
-from jobq.transports.rabbitmq import frames
+from jobq.transports.rabbitmq import frames, reading
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.codec import republish
 
@@ -69,6 +69,9 @@ def test_pamqp_alone_raises_on_each_poison_frame(field: str, monkeypatch: pytest
         monkeypatch.setitem(decode.METHODS, name, original)
     monkeypatch.setitem(decode.TABLE_MAPPING, b"T", decode.timestamp)
     monkeypatch.setitem(decode.TABLE_MAPPING, b"F", decode.field_table)
+    # and pamqp's own frame decoders, if reading.install put its own in place in this process
+    monkeypatch.setattr(frame, "_unmarshal_header_frame", reading._PAMQP_HEADER)
+    monkeypatch.setattr(frame, "_unmarshal_method_frame", reading._PAMQP_METHOD)
     with pytest.raises(UnmarshalingException):
         frame.unmarshal(POISON[field][0])
 

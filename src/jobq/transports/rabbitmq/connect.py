@@ -20,6 +20,7 @@ from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
 from jobq.errors import ConnectionLost
 from jobq.transports import common
+from jobq.transports.rabbitmq import reading
 
 CLOSE_TIMEOUT = 2.0  # a connection.close that gets no answer is given up on
 
@@ -112,6 +113,7 @@ class RabbitLink:
 
     def __init__(self, url: str | Sequence[str], connect: ConnectConfig, *, role: str,
                  logger: logging.Logger | None = None, heartbeat: int = 0) -> None:
+        reading.install()  # before any connection opens: frames read at a consumer's rate
         urls = [url] if isinstance(url, str) else list(url)
         # rabbitmq.heartbeat, unless the url asks for its own (see with_heartbeat)
         self._urls = [with_heartbeat(u, heartbeat) for u in urls]
