@@ -212,7 +212,11 @@ def test_a_lull_in_deliveries_does_not_end_a_once_drain_early(
         # the heartbeat's grace (9 s).
         time.sleep(PUBLISH_TIMEOUT + 2.5)
         amqp_proxy.heal()
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:  # say what the consumer was doing
+            pytest.fail(f"no exit within 60 s of the heal ({distinct(done)} of 1000 done):\n"
+                        + log.read_text()[-3000:])
     finally:
         amqp_proxy.heal()
         if proc.poll() is None:
