@@ -94,16 +94,24 @@ def test_what_pamqp_cannot_decode_is_an_undecodable_as_in_frames() -> None:
         assert fields(ours) == fields(PAMQP_HEADER(data))
 
 
-def test_truncated_frames_raise_as_pamqp_raises() -> None:
+def outcome(decode: Any, data: bytes) -> Any:
+    try:
+        return fields(decode(data))
+    except UnmarshalingException:
+        return "raised"
+
+
+def test_truncated_frames_end_as_pamqp_ends_them() -> None:
+    # Cut anywhere: raised where pamqp raises, and where it does not (a last string cut short
+    # is read as what is there), the same fields.
     deliver = payload(frame.marshal(Basic.Deliver("ctag", 7, True, "ex", "rk"), 1))
     content = payload(frame.marshal(header.ContentHeader(0, 2, Basic.Properties(
-        message_id="abc", headers={"a": 1}, delivery_mode=2)), 1))
-    for cut in (5, 10, len(deliver) - 1):
-        with pytest.raises(UnmarshalingException):
-            reading.method_frame(deliver[:cut])
-    for cut in (3, 13, 16, len(content) - 1):
-        with pytest.raises(UnmarshalingException):
-            reading.header_frame(content[:cut])
+        message_id="abc", headers={"a": 1}, delivery_mode=2, app_id="app")), 1))
+    for cut in range(4, len(deliver)):
+        assert outcome(reading.method_frame, deliver[:cut]) == outcome(PAMQP_METHOD, deliver[:cut])
+    for cut in range(14, len(content)):
+        assert outcome(reading.header_frame, content[:cut]) == outcome(PAMQP_HEADER, content[:cut])
+    assert outcome(reading.method_frame, deliver[:10]) == "raised"
 
 
 def test_other_methods_and_classes_go_to_pamqp() -> None:
@@ -125,6 +133,7 @@ STREAM = b"".join((
     frame.marshal(heartbeat.Heartbeat(), 0),
     frame.marshal(Basic.Deliver("ctag", 2, True, "", "q"), 1),
     frame.marshal(header.ContentHeader(0, 0, Basic.Properties()), 1),
+    frame.marshal(body.ContentBody(bytes(range(256)) * 700), 1),  # 179,200 bytes: over a read
 ))
 
 
@@ -167,20 +176,21 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
 def test_the_buffered_receiver_hands_out_what_aiormqs_does_however_the_bytes_arrive(
         cuts: list[int]) -> None:
     chunks = split(STREAM, cuts)
-    ours, _ = asyncio.run(received(reading.BufferedFrameReceiver, chunks, 7, then_eof=True))
-    theirs, _ = asyncio.run(received(AiormqReceiver, chunks, 7, then_eof=True))
-    assert ours == theirs and len(ours) == 7
+    ours, _ = asyncio.run(received(reading.BufferedFrameReceiver, chunks, 8, then_eof=True))
+    theirs, _ = asyncio.run(received(AiormqReceiver, chunks, 8, then_eof=True))
+    assert ours == theirs and len(ours) == 8
 
 
 @pytest.mark.parametrize("receiver", [reading.BufferedFrameReceiver, AiormqReceiver])
 def test_the_buffered_receiver_ends_and_fails_as_aiormqs_does(receiver: type) -> None:
     # The stream ended, every frame handed out: the end of the iteration.
-    _, error = asyncio.run(received(receiver, [STREAM], 7, then_eof=True))
+    _, error = asyncio.run(received(receiver, [STREAM], 8, then_eof=True))
     assert isinstance(error, StopAsyncIteration)
-    # It ends while a frame is awaited, at a frame's start or in its middle: a lost connection.
-    _, error = asyncio.run(received(receiver, [STREAM], 7))
+    # It ends while a frame is awaited, at a frame's start or in its middle (the large one,
+    # read in one piece): a lost connection.
+    _, error = asyncio.run(received(receiver, [STREAM], 8))
     assert isinstance(error, AMQPConnectionError)
-    _, error = asyncio.run(received(receiver, [STREAM[:-3]], 6))
+    _, error = asyncio.run(received(receiver, [STREAM[:-3]], 7))
     assert isinstance(error, AMQPConnectionError)
     # A frame without its end byte.
     broken = frame.marshal(Basic.Ack(1), 1)[:-1] + b"\x00"

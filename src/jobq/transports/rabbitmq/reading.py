@@ -59,12 +59,19 @@ _PAMQP_HEADER: Callable[[bytes], header.ContentHeader] | None = getattr(
     pamqp.frame, "_unmarshal_header_frame", None)
 
 
-class BufferedFrameReceiver(aiormq.connection.FrameReceiver):
+# aiormq's receiver (object if a release renames it: install then replaces nothing)
+_AiormqReceiver: Any = getattr(aiormq.connection, "FrameReceiver", object)
+
+
+class BufferedFrameReceiver(_AiormqReceiver):  # type: ignore[misc]
     """aiormq's FrameReceiver, reading the stream in chunks rather than three awaits a frame.
 
     One reader at a time, as aiormq uses it (the handshake, then the connection's reader
     task), so no lock: the buffer is this object's own.
     """
+
+    reader: asyncio.StreamReader  # aiormq's attributes, set by its __init__
+    started: bool
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         super().__init__(reader)
@@ -95,15 +102,26 @@ class BufferedFrameReceiver(aiormq.connection.FrameReceiver):
                         return pamqp.frame.unmarshal(buffer[at:end])
                     except PAMQPException as exc:
                         raise InvalidFrameError(str(exc)) from exc
+                # The rest of a frame larger than what came: read in one piece, so that a big
+                # frame is joined once, not once per read.
+                self._buffer, self._at = buffer[at:] + await self._read(end - len(buffer)), 0
+                continue
             chunk = await self._read()
             if not chunk:
                 raise AMQPConnectionError("Server connection unexpectedly closed. Read "
                                           f"{held} bytes of a frame")
             self._buffer, self._at = (buffer[at:] + chunk if held else chunk), 0
 
-    async def _read(self) -> bytes:
+    async def _read(self, exactly: int = 0) -> bytes:
+        """Up to READ_SIZE bytes, or ``exactly`` that many (b"" at the end of the stream)."""
         try:
+            if exactly:
+                return await self.reader.readexactly(exactly)
             return await self.reader.read(READ_SIZE)
+        except asyncio.IncompleteReadError as exc:
+            raise AMQPConnectionError(
+                "Server connection unexpectedly closed. Read "
+                f"{len(exc.partial)} bytes but {exc.expected} bytes expected") from exc
         except ConnectionRefusedError as exc:
             raise AMQPConnectionError(f"Server connection refused: {exc!r}") from exc
         except ConnectionResetError as exc:
@@ -116,9 +134,7 @@ class BufferedFrameReceiver(aiormq.connection.FrameReceiver):
 
 def _short_str(data: bytes, at: int) -> tuple[int, Any]:
     """The short string at ``at`` and the offset after it (text that is not UTF-8: frames')."""
-    end = at + 1 + data[at]
-    if end > len(data):
-        raise ValueError("short string past the end of the frame")
+    end = at + 1 + data[at]  # past the end: what is there, as pamqp reads it (the next read fails)
     try:
         return end, data[at + 1:end].decode("utf-8")
     except UnicodeDecodeError:
@@ -204,10 +220,10 @@ def install() -> None:
     frames.install()  # what still goes to pamqp decodes totally too
     if installed():
         return
-    missing = [name for name, found in (("aiormq's FrameReceiver", aiormq.connection.FrameReceiver),
+    missing = [name for name, found in (("aiormq's FrameReceiver", _AiormqReceiver),
                                         ("pamqp's method frame decoder", _PAMQP_METHOD),
                                         ("pamqp's header frame decoder", _PAMQP_HEADER))
-               if not callable(found)]
+               if found is None or found is object]
     if any(kind not in _KINDS for _, _, kind in _PROPERTIES):
         missing.append("a Basic property of a type read here")
     if missing:
