@@ -47,11 +47,9 @@ from typing import Any
 from celery import Celery, signals  # type: ignore[import-untyped]
 
 from benchmarks.peers import common
-from benchmarks.peers.common import produce
-from benchmarks.processors import Recorder
+from benchmarks.peers.common import ThreadedJob, produce
 
 IDLE_S = 1.0  # --once: nothing completed for this long after the first job: done
-GATE_POLL = 0.002
 PREFETCH_MULTIPLIER = 4  # Celery's default, stated
 
 
@@ -104,30 +102,17 @@ def producer(args: argparse.Namespace) -> None:
 
 def consumer(args: argparse.Namespace) -> None:
     app = app_for(args, args.concurrency)
-    local = threading.local()
-    opened = threading.Event()
-    last = [0.0]
-    seconds = args.sleep_ms / 1000
+    done = ThreadedJob(args)
 
     @app.task(name="bench")  # type: ignore[untyped-decorator]
     def bench(**job: Any) -> None:
-        if not opened.is_set():
-            while args.gate and not os.path.exists(args.gate):
-                time.sleep(GATE_POLL)
-            opened.set()
-        if seconds:
-            time.sleep(seconds)
-        rec = getattr(local, "rec", None)
-        if rec is None:
-            rec = local.rec = Recorder(args.dir)  # one file per thread: no lock per job
-        rec.job(job)
-        last[0] = time.monotonic()
+        done.run(job)
 
     def ready(**_: Any) -> None:
         print(f"consuming queue {args.queue!r} (celery)", file=sys.stderr, flush=True)
 
     def idle() -> None:  # --once: Celery's own warm shutdown, the path SIGTERM takes
-        while not (last[0] and time.monotonic() - last[0] > IDLE_S):
+        while not (done.last and time.monotonic() - done.last > IDLE_S):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import inspect
 import json
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -13,7 +15,40 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
+from benchmarks.processors import Recorder
+
 BATCH = 1_000  # jobs per enqueue call when pre-enqueueing
+GATE_POLL = 0.002  # seconds between looks for the start gate's file
+
+
+class ThreadedJob:
+    """The job body of a peer whose worker runs jobs in threads (dramatiq, Celery).
+
+    The first job waits for the start gate, every job sleeps ``--sleep-ms`` and is recorded
+    into a file of its thread's own (no lock per job); ``last`` is when the latest one ended
+    (monotonic; 0.0 before the first), what ``--once`` watches.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._local = threading.local()
+        self._opened = threading.Event()
+        self._seconds = args.sleep_ms / 1000
+        self.last = 0.0
+
+    def run(self, job: dict[str, Any]) -> None:
+        """Run and record one job."""
+        if not self._opened.is_set():
+            while self._args.gate and not os.path.exists(self._args.gate):
+                time.sleep(GATE_POLL)
+            self._opened.set()
+        if self._seconds:
+            time.sleep(self._seconds)
+        rec = getattr(self._local, "rec", None)
+        if rec is None:
+            rec = self._local.rec = Recorder(self._args.dir)
+        rec.job(job)
+        self.last = time.monotonic()
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 import threading
@@ -27,11 +26,9 @@ import pika  # type: ignore[import-untyped]
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from benchmarks.peers import common
-from benchmarks.peers.common import produce
-from benchmarks.processors import Recorder
+from benchmarks.peers.common import ThreadedJob, produce
 
 IDLE_S = 1.0  # --once: nothing completed for this long after the first job: done
-GATE_POLL = 0.002
 
 
 def broker_for(args: argparse.Namespace) -> RabbitmqBroker:
@@ -72,23 +69,10 @@ def producer(args: argparse.Namespace) -> None:
 
 def consumer(args: argparse.Namespace) -> None:
     broker = broker_for(args)
-    local = threading.local()
-    opened = threading.Event()
-    last = [0.0]
-    seconds = args.sleep_ms / 1000
+    done = ThreadedJob(args)
 
     def bench(**job: Any) -> None:
-        if not opened.is_set():
-            while args.gate and not os.path.exists(args.gate):
-                time.sleep(GATE_POLL)
-            opened.set()
-        if seconds:
-            time.sleep(seconds)
-        rec = getattr(local, "rec", None)
-        if rec is None:
-            rec = local.rec = Recorder(args.dir)  # one file per thread: no lock per job
-        rec.job(job)
-        last[0] = time.monotonic()
+        done.run(job)
 
     dramatiq.actor(bench, actor_name="bench", queue_name=args.queue, broker=broker,
                    max_retries=0)
@@ -99,7 +83,7 @@ def consumer(args: argparse.Namespace) -> None:
     print(f"consuming queue {args.queue!r} (dramatiq)", file=sys.stderr, flush=True)
     try:
         while not stopping.wait(0.05):
-            if args.once and last[0] and time.monotonic() - last[0] > IDLE_S:
+            if args.once and done.last and time.monotonic() - done.last > IDLE_S:
                 break
     finally:
         worker.stop()
