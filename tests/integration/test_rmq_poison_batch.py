@@ -18,7 +18,7 @@ from tests.contract.backends import Backend, backend_under_test
 from tests.contract.story import events
 from tests.contract.test_contract import by_event, consumer_args
 
-MAX_RUNS = 8  # one unattributed crash + 3 runs alone + the run that buries it, with room
+MAX_RUNS = 8  # one or two unattributed crashes + 3 runs alone + the run that buries it
 
 
 @pytest.fixture(params=["quorum", "classic"])
@@ -57,8 +57,11 @@ def test_a_poison_job_dies_alone_and_its_batch_mates_end_done(rabbit: Backend, t
     print(f"{queue_type}: runs {codes}; poison started at attempts {poison}; "
           f"{len(innocent & done)} innocent done ({len(oks) - len(done)} twice), {len(dead)} dead")
     # The first crash cannot be told from its batch-mates' and is refunded; then 3 runs alone.
-    assert poison == [1, 1, 2, 3], (dead, logs)
-    assert codes == [137, 137, 137, 137, 0]
+    # On classic one more: a first redelivery there runs again with the others (a classic
+    # queue marks its whole backlog redelivered after a crash of its broker).
+    unattributed = [1, 1] if queue_type == "classic" else [1]
+    assert poison == [*unattributed, 1, 2, 3], (dead, logs)
+    assert codes == [137] * (len(unattributed) + 3) + [0]
     (buried,) = dead
     assert buried["kind"] == "crash" and buried["attempts"] == 3
     assert "killed its consumer while running alone on attempt 3 of 3" in buried["last_error"]

@@ -47,6 +47,9 @@ DUE = "x-jobq-due"
 DELIVERY_COUNT = "x-delivery-count"
 # On a copy of a crash redelivery: run it alone, so that a crash during its run is its own.
 ISOLATE = "x-jobq-isolate"
+# On a classic queue's copy of a first crash redelivery: it runs again with the others, and
+# alone only if it comes back redelivered once more (see rmq crashes).
+SUSPECT = "x-jobq-suspect"
 _DEFAULT_LIMITS = LimitsConfig()
 # User headers forwarded with a retried / dead-lettered / released copy at most: under the
 # broker's default frame_max (128 KiB) with room for jobq's own headers.
@@ -315,6 +318,12 @@ def isolated(props: Basic.Properties) -> bool:
     """True for a message marked to run alone (a copy of a crash redelivery)."""
     headers = _table(props.headers)
     return headers is not None and headers.get(ISOLATE) == 1
+
+
+def suspected(props: Basic.Properties) -> bool:
+    """True for a classic queue's copy of a first crash redelivery (``x-jobq-suspect``)."""
+    headers = _table(props.headers)
+    return headers is not None and headers.get(SUSPECT) == 1
 
 
 def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:

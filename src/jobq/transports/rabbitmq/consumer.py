@@ -17,7 +17,8 @@ A message that arrives before its due time (``x-jobq-due``: a delay or retry hop
 tiers) is not run either: it goes on to the next tier, or, due sooner than the shortest tier,
 waits here unacked until its time (see ``_not_yet``).
 
-A crash redelivery is not run but copied to ``<q>.alone`` (see rmq crashes), which no one
+A crash redelivery is not run but copied to ``<q>.alone`` (on a classic queue: its second; the
+first goes back to the work queue marked, see rmq crashes), which no one
 subscribes to: while it holds copies, the consumer hands out no more work, lets what is out
 settle, and takes them one at a time with basic.get, each handed out alone (see rmq alone), so
 a crash during that run can only be its own.
@@ -58,11 +59,13 @@ from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     DUE,
     ISOLATE,
+    SUSPECT,
     crashed,
     due_at,
     due_ms,
     isolated,
     republish,
+    suspected,
 )
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
@@ -115,6 +118,10 @@ class RabbitTransport:
         self._max_attempts = max_attempts
         self._job_timeout, self._concurrency = job_timeout, concurrency  # for the start-up check
         self._topology = Topology.configured(settings, queue, self._limits.max_pending)
+        # A classic queue that recovers from a crash of its broker hands out every message it
+        # held as redelivered: a first redelivery there runs again with the others, marked,
+        # and alone only at the second (see rmq crashes). Quorum queues count real deliveries.
+        self._strikes = self._topology.queue_type == "classic"
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
@@ -415,7 +422,7 @@ class RabbitTransport:
             tier = self._topology.hop(delay)
         try:
             await self._forward(delivery, "", tier or self._queue, headers,
-                                drop=(ISOLATE,) if delay > 0 else (ISOLATE, DUE))
+                                drop=(ISOLATE, SUSPECT) if delay > 0 else (ISOLATE, SUSPECT, DUE))
         finally:
             self._done()
 
@@ -432,7 +439,7 @@ class RabbitTransport:
             ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
             "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
             "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
-            drop=(ISOLATE, DUE))
+            drop=(ISOLATE, SUSPECT, DUE))
 
     async def release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
@@ -688,9 +695,12 @@ class RabbitTransport:
                 self._spawn(self._not_yet(delivery))
                 return
             # Not run: a crash redelivery (uncharged: it may never have started, see rmq
-            # crashes), or a marked copy an older jobq put back on the work queue.
+            # crashes), or a marked copy an older jobq put back on the work queue. On a classic
+            # queue a first one runs again with the others (marked), a second one alone.
             if crashed(props, redelivered) or isolated(props):
-                copying = self._spawn(self._copy_forward(delivery, marked=False))
+                first = self._strikes and not isolated(props) and not suspected(props)
+                copying = self._spawn(self._suspect(delivery) if first
+                                      else self._copy_forward(delivery, marked=False))
                 self._copying.add(copying)
                 copying.add_done_callback(self._copying.discard)
                 return
@@ -761,8 +771,20 @@ class RabbitTransport:
             self._log.info("job %s was in flight when a consumer died or lost its channel; "
                            "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
                            job.max_attempts, ", that crash counted" if marked else "")
-            await self._forward(delivery, "", self._alone.name, {ATTEMPT: copy.attempt, ISOLATE: 1})
+            await self._forward(delivery, "", self._alone.name, {ATTEMPT: copy.attempt, ISOLATE: 1},
+                                drop=(SUSPECT,))
             self._alone.due = True
+        except TransportError as exc:
+            self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
+
+    async def _suspect(self, delivery: Delivery) -> None:
+        """A classic queue's first crash redelivery: back to the work queue marked
+        ``x-jobq-suspect``, attempt kept (see rmq crashes)."""
+        job = delivery.job
+        try:
+            self._log.debug("job %s came back redelivered; it runs again, alone if it comes back "
+                            "once more", job.id)
+            await self._forward(delivery, "", self._queue, {ATTEMPT: job.attempt, SUSPECT: 1})
         except TransportError as exc:
             self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
 

@@ -10,6 +10,16 @@ else in flight (``Delivery.isolate``), so if its consumer dies again the crash i
 - marked (it ran alone, or was about to): the crash counts; attempt + 1, or dead when that
   exceeds ``max_attempts``.
 
+On a classic queue the first redelivery of a message is not copied to run alone but back to
+the work queue, marked ``x-jobq-suspect`` (attempt kept), to run with the others; only a
+suspect that comes back redelivered again goes to ``<q>.alone``. A classic queue that recovers
+from a crash of its broker marks every message it held redelivered, delivered before or not
+(RabbitMQ 3.10, queue index v1 and v2 alike): run alone one by one, its whole backlog would
+drain at one job at a time per consumer. A job that kills its consumer every time costs one
+crash more there (two unattributed, then its runs alone). Quorum queues keep the old rule:
+the fault suite's crash of the broker does not slow their drain (``x-delivery-count`` counts
+deliveries in the queue's replicated log).
+
 See docs/architecture.md, "Crashes".
 """
 
