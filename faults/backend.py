@@ -52,6 +52,7 @@ class FinalState:
     done: set[str] = field(default_factory=set)
     dead: dict[str, str] = field(default_factory=dict)  # id -> reason
     unfinished: int = 0  # jobs neither done nor dead (still pending, running, queued)
+    waiting: set[str] = field(default_factory=set)  # their ids: unfinished, not lost
     problems: list[str] = field(default_factory=list)  # the backend's counters disagree
 
 

@@ -138,6 +138,7 @@ class PostgresBackend:
                 state.dead[str(job_id)] = str(error)
             else:
                 state.unfinished += 1
+                state.waiting.add(str(job_id))
         return state
 
     def kill_server(self) -> None:

@@ -199,6 +199,7 @@ class RabbitBackend:
         if len(left) != queued:
             state.problems.append(f"walked {len(left)} queued messages, the broker counts {queued}")
         state.unfinished = queued
+        state.waiting = set(left)
         # The broker keeps nothing of an acked message: done is every accepted job that is
         # neither dead nor still queued. An ack without a completion then shows as done
         # without a record (lost work), as on Postgres.
@@ -238,6 +239,6 @@ class RabbitBackend:
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel()
-            for name in (*self.work, self.dead, f"{self.queue}.paused"):
+            for name in (*self.work, self.dead, f"{self.queue}.paused", f"{self.queue}.cancelled"):
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.queue}.dlx")

@@ -183,7 +183,7 @@ class Run:
             s.problems.append(f"could not read the final state: {exc}")
             return
         recorded = collections.Counter(completions(self.record))
-        found = tally(accepted, recorded, state.done, state.dead)
+        found = tally(accepted, recorded, state.done, state.dead, state.waiting)
         s.lost, s.duplicates = len(found.lost), found.duplicates
         s.done, s.dead, s.done_and_dead = len(state.done), len(state.dead), len(found.done_and_dead)
         s.unfinished = state.unfinished

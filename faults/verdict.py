@@ -93,11 +93,14 @@ class Tally:
 
 
 def tally(accepted: Collection[str], recorded: Counter[str], done: Collection[str],
-          dead: Mapping[str, str]) -> Tally:
-    """Compare the accepted ids with the completion record and the backend's done and dead."""
+          dead: Mapping[str, str], waiting: Collection[str] = ()) -> Tally:
+    """Compare the accepted ids with the completion record and the backend's done and dead.
+
+    A job still ``waiting`` in the backend (a run that timed out) is unfinished, not lost."""
     accepted_set = set(accepted)
     done_unrecorded = set(done) - set(recorded)
-    lost = (accepted_set - set(recorded) - set(dead)) | (done_unrecorded & accepted_set)
+    lost = ((accepted_set - set(recorded) - set(dead) - set(waiting))
+            | (done_unrecorded & accepted_set))
     return Tally(lost=lost, done_unrecorded=done_unrecorded,
                  done_and_dead=set(recorded) & set(dead),
                  strangers=set(recorded) - accepted_set,

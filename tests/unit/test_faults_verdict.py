@@ -75,3 +75,10 @@ def test_a_crash_adds_the_jobs_completed_in_its_window_to_the_bound() -> None:
     (failure,) = verdict(replace(crashed, duplicates=401))
     assert failure == ("401 duplicates, more than the bound 400 (capacity x exposures + jobs "
                        "done in crash windows)")
+
+
+def test_tally_counts_a_job_still_queued_as_unfinished_not_lost() -> None:
+    # A run that timed out leaves jobs queued: the verdict names them unfinished. Counting
+    # them lost as well made a slow run look like one that lost thousands of jobs.
+    found = tally(["1", "2", "3"], Counter({"1": 1}), done={"1"}, dead={}, waiting={"2"})
+    assert found.lost == {"3"}  # gone from the backend, never completed: lost
