@@ -138,7 +138,8 @@ class PostgresBackend:
                 state.dead[str(job_id)] = str(error)
             else:
                 state.unfinished += 1
-                state.waiting.add(str(job_id))
+                if status in ("pending", "running"):  # cancelled is an end, not a wait
+                    state.waiting.add(str(job_id))
         return state
 
     def kill_server(self) -> None:

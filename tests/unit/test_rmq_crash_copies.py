@@ -240,3 +240,31 @@ async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> No
         await transport.ack(delivery)
     (solo,) = await transport.receive(10, 0.01)  # then runs alone again
     assert solo.isolate and solo.job.id == f"job-{10 + SOLO_ROUND}"
+
+
+async def test_on_classic_a_first_redelivery_runs_again_marked_and_a_second_goes_alone() -> None:
+    # A classic queue that recovered from a crash of its broker marks every message redelivered:
+    # the first time, a copy back to the work queue (attempt kept), to run with the others.
+    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
+    transport = RabbitTransport(link, RabbitConfig(queue_type="classic"), queue="q", prefetch=8,
+                                max_attempts=3)
+    session = FakeSession()
+    transport._session = session  # type: ignore[assignment]
+    transport._resumed.set()
+    await arrive(transport, session,
+                 message(1, redelivered=True, **{"x-jobq-attempt": 2}),
+                 message(2, **{"x-jobq-suspect": 1}),  # a copy that was not redelivered: runs
+                 message(3, redelivered=True, **{"x-jobq-suspect": 1}))  # back again: alone
+
+    copies = {p["properties"].message_id: p for p in session.published}
+    first = copies["job-1"]
+    assert first["routing_key"] == "q" and headers(first)["x-jobq-suspect"] == 1
+    assert headers(first)["x-jobq-attempt"] == 2 and "x-jobq-isolate" not in headers(first)
+    second = copies["job-3"]
+    assert second["routing_key"] == "q.alone" and headers(second)["x-jobq-isolate"] == 1
+    assert "x-jobq-suspect" not in headers(second) and headers(second)["x-jobq-attempt"] == 1
+    assert [d.job.id for d in transport._arrived] == ["job-2"]
+    assert sorted(session.completed) == [1, 3]  # the originals of the two copies acked
+    (runs,) = await transport.receive(10, 0.01)
+    await transport.retry(runs, 0, "failed cleanly")  # it did not crash: the mark goes
+    assert "x-jobq-suspect" not in headers(session.published[-1])

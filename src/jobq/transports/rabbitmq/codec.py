@@ -7,8 +7,9 @@ milliseconds), and for a delayed job or retry ``x-jobq-due`` (epoch milliseconds
 before); the user's headers beside them. Times are integers: pamqp writes a Python float in a
 header table as a 32-bit float, which at today's epoch is 128 seconds coarse.
 A crash redelivery (``redelivered``; on quorum queues also ``x-delivery-count`` > 0) never
-runs: the consumer copies it forward marked ``x-jobq-isolate`` (see ``crashes``), so the
-attempt is the header alone and every copy carries the count durably.
+runs: the consumer copies it forward marked ``x-jobq-isolate`` (on a classic queue its first
+one ``x-jobq-suspect``; see ``crashes``), so the attempt is the header alone and every copy
+carries the count durably.
 New jobs (``encode_job``) and the consumer's retry / dead-letter / release copies
 (``republish``) get their properties from one place (``properties``).
 """

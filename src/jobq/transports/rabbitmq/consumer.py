@@ -121,7 +121,9 @@ class RabbitTransport:
         # A classic queue that recovers from a crash of its broker hands out every message it
         # held as redelivered: a first redelivery there runs again with the others, marked,
         # and alone only at the second (see rmq crashes). Quorum queues count real deliveries.
-        self._strikes = self._topology.queue_type == "classic"
+        # Not with limits.max_pending: a full work queue would refuse the copy, and the
+        # original, handed back, would come straight back to be copied again.
+        self._strikes = self._topology.queue_type == "classic" and not self._limits.max_pending
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
@@ -335,7 +337,7 @@ class RabbitTransport:
                     due = due_at(props) or 0.0
                     tier = self._topology.hop(due - time.time())
                     with contextlib.suppress(TransportError):
-                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE,))
+                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE, SUSPECT))
                     continue
                 if crashed(props, deliver.redelivered):
                     await self._copy_forward(delivery, marked=True)  # it ran alone: charged
@@ -591,7 +593,7 @@ class RabbitTransport:
             if timeout != self.drain_timeout:
                 return  # only an idle --once pool asks "drained?" (pool._receive_timeout)
             ready = await self._ready_count(session)
-            if not ready:
+            if not ready and not self._copying:  # a copy still being sent is not in the count
                 return
             stalled_since = loop.time() if stalled_since is None else stalled_since
             if loop.time() - stalled_since > DRAIN_STALL:

@@ -3,7 +3,7 @@
 A message the broker hands out again (``redelivered``, or ``x-delivery-count`` > 0 on quorum
 queues) was in flight when a consumer died or lost its channel. Which of that consumer's jobs
 caused it cannot be told, so the redelivery never runs: the consumer publishes a copy marked
-``x-jobq-isolate`` back to the work queue and acks the original. A copy is run with nothing
+``x-jobq-isolate`` to ``<q>.alone`` and acks the original. A copy is run with nothing
 else in flight (``Delivery.isolate``), so if its consumer dies again the crash is its own.
 
 - not marked: the crashed run may never have started; the copy keeps the attempt it had.
