@@ -4,10 +4,11 @@ one pruner at a time; young rows and unfinished jobs stay; a failed round costs 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +110,22 @@ async def test_more_rows_than_a_batch_go_in_batches(
     assert left(pg_dsn, schema, queue_name) == {("done", False): 10}
 
 
-def hold_lock(dsn: str, schema: str, queue: str) -> psycopg.Connection[Any]:
-    """A session holding the prune lock of ``schema``.``queue``, as a consumer's round does."""
-    conn = psycopg.connect(dsn, autocommit=True)
-    got = conn.execute("SELECT pg_try_advisory_lock(hashtext('jobq prune'), hashtext(%s))",
-                       [f"{schema}.{queue}"]).fetchone()
-    assert got == (True,)
-    return conn
+@contextlib.contextmanager
+def hold_lock(dsn: str, schema: str, queue: str) -> Iterator[None]:
+    """A session holding the prune lock of ``schema``.``queue``, as a consumer's round does.
+
+    Unlocked before the session closes: a closed session's backend lets go of its locks only
+    as it exits, after the close returned, and a round right after could still find it held.
+    """
+    key = [f"{schema}.{queue}"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        got = conn.execute("SELECT pg_try_advisory_lock(hashtext('jobq prune'), hashtext(%s))",
+                           key).fetchone()
+        assert got == (True,)
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('jobq prune'), hashtext(%s))", key)
 
 
 async def test_one_pruner_at_a_time_the_others_skip_the_round(
