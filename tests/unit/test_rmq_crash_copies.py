@@ -26,6 +26,12 @@ def test_an_unmarked_crash_redelivery_is_refunded() -> None:
     assert crash_copy(job(3), isolated=False).dead is None  # even on its last attempt
 
 
+def test_a_first_strike_goes_back_refunded_as_a_suspect() -> None:
+    first = crash_copy(job(3), isolated=False, first=True)
+    assert (first.attempt, first.suspect, first.dead) == (3, True, None)  # even on its last
+    assert not crash_copy(job(1), isolated=False).suspect
+
+
 def test_a_marked_one_ran_alone_so_the_crash_counts_until_it_is_dead() -> None:
     assert (crash_copy(job(1), isolated=True).attempt, crash_copy(job(1), isolated=True).dead) == (2, None)
     last = crash_copy(job(3), isolated=True)
@@ -78,9 +84,10 @@ def message(tag: int, *, redelivered: bool = False, **headers: Any) -> Any:
                            delivery=SimpleNamespace(delivery_tag=tag, redelivered=redelivered))
 
 
-async def consuming() -> tuple[RabbitTransport, FakeSession]:
+async def consuming(settings: RabbitConfig | None = None) -> tuple[RabbitTransport, FakeSession]:
     link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
-    transport = RabbitTransport(link, RabbitConfig(), queue="q", prefetch=8, max_attempts=3)
+    transport = RabbitTransport(link, settings or RabbitConfig(), queue="q", prefetch=8,
+                                max_attempts=3)
     session = FakeSession()
     transport._session = session  # type: ignore[assignment]
     transport._resumed.set()
@@ -245,12 +252,7 @@ async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> No
 async def test_on_classic_a_first_redelivery_runs_again_marked_and_a_second_goes_alone() -> None:
     # A classic queue that recovered from a crash of its broker marks every message redelivered:
     # the first time, a copy back to the work queue (attempt kept), to run with the others.
-    link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
-    transport = RabbitTransport(link, RabbitConfig(queue_type="classic"), queue="q", prefetch=8,
-                                max_attempts=3)
-    session = FakeSession()
-    transport._session = session  # type: ignore[assignment]
-    transport._resumed.set()
+    transport, session = await consuming(RabbitConfig(queue_type="classic"))
     await arrive(transport, session,
                  message(1, redelivered=True, **{"x-jobq-attempt": 2}),
                  message(2, **{"x-jobq-suspect": 1}),  # a copy that was not redelivered: runs

@@ -51,6 +51,7 @@ ISOLATE = "x-jobq-isolate"
 # On a classic queue's copy of a first crash redelivery: it runs again with the others, and
 # alone only if it comes back redelivered once more (see rmq crashes).
 SUSPECT = "x-jobq-suspect"
+MARKS = (ISOLATE, SUSPECT)  # the crash marks: a retry or a dead letter drops both
 _DEFAULT_LIMITS = LimitsConfig()
 # User headers forwarded with a retried / dead-lettered / released copy at most: under the
 # broker's default frame_max (128 KiB) with room for jobq's own headers.
@@ -317,14 +318,17 @@ def due_at(props: Basic.Properties) -> float | None:
 
 def isolated(props: Basic.Properties) -> bool:
     """True for a message marked to run alone (a copy of a crash redelivery)."""
-    headers = _table(props.headers)
-    return headers is not None and headers.get(ISOLATE) == 1
+    return _marked(props, ISOLATE)
 
 
 def suspected(props: Basic.Properties) -> bool:
     """True for a classic queue's copy of a first crash redelivery (``x-jobq-suspect``)."""
+    return _marked(props, SUSPECT)
+
+
+def _marked(props: Basic.Properties, mark: str) -> bool:
     headers = _table(props.headers)
-    return headers is not None and headers.get(SUSPECT) == 1
+    return headers is not None and headers.get(mark) == 1
 
 
 def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:

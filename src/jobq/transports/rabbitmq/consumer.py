@@ -59,6 +59,7 @@ from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     DUE,
     ISOLATE,
+    MARKS,
     SUSPECT,
     crashed,
     due_at,
@@ -337,7 +338,7 @@ class RabbitTransport:
                     due = due_at(props) or 0.0
                     tier = self._topology.hop(due - time.time())
                     with contextlib.suppress(TransportError):
-                        await self._forward(delivery, "", tier or self._queue, {}, drop=(ISOLATE, SUSPECT))
+                        await self._forward(delivery, "", tier or self._queue, {}, drop=MARKS)
                     continue
                 if crashed(props, deliver.redelivered):
                     await self._copy_forward(delivery, marked=True)  # it ran alone: charged
@@ -424,7 +425,7 @@ class RabbitTransport:
             tier = self._topology.hop(delay)
         try:
             await self._forward(delivery, "", tier or self._queue, headers,
-                                drop=(ISOLATE, SUSPECT) if delay > 0 else (ISOLATE, SUSPECT, DUE))
+                                drop=MARKS if delay > 0 else (*MARKS, DUE))
         finally:
             self._done()
 
@@ -441,7 +442,7 @@ class RabbitTransport:
             ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
             "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
             "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
-            drop=(ISOLATE, SUSPECT, DUE))
+            drop=(*MARKS, DUE))
 
     async def release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
@@ -701,8 +702,7 @@ class RabbitTransport:
             # queue a first one runs again with the others (marked), a second one alone.
             if crashed(props, redelivered) or isolated(props):
                 first = self._strikes and not isolated(props) and not suspected(props)
-                copying = self._spawn(self._suspect(delivery) if first
-                                      else self._copy_forward(delivery, marked=False))
+                copying = self._spawn(self._copy_forward(delivery, marked=False, first=first))
                 self._copying.add(copying)
                 copying.add_done_callback(self._copying.discard)
                 return
@@ -761,14 +761,20 @@ class RabbitTransport:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _copy_forward(self, delivery: Delivery, *, marked: bool) -> None:
-        """A crash redelivery: copy it to ``<q>.alone``, or bury it (see rmq crashes)."""
+    async def _copy_forward(self, delivery: Delivery, *, marked: bool, first: bool = False) -> None:
+        """A crash redelivery: copy it to ``<q>.alone`` (a classic queue's first one: back to
+        the work queue, marked suspect), or bury it (see rmq crashes)."""
         job = delivery.job
-        copy = crash_copy(job, isolated=marked)
+        copy = crash_copy(job, isolated=marked, first=first)
         try:
             if copy.dead is not None:
                 self._log.warning("job %s: %s; dead-lettered", job.id, copy.dead)
                 await self._bury(delivery, copy.dead)
+                return
+            if copy.suspect:
+                self._log.debug("job %s came back redelivered; it runs again, alone if it comes "
+                                "back once more", job.id)
+                await self._forward(delivery, "", self._queue, {ATTEMPT: copy.attempt, SUSPECT: 1})
                 return
             self._log.info("job %s was in flight when a consumer died or lost its channel; "
                            "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
@@ -776,17 +782,6 @@ class RabbitTransport:
             await self._forward(delivery, "", self._alone.name, {ATTEMPT: copy.attempt, ISOLATE: 1},
                                 drop=(SUSPECT,))
             self._alone.due = True
-        except TransportError as exc:
-            self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
-
-    async def _suspect(self, delivery: Delivery) -> None:
-        """A classic queue's first crash redelivery: back to the work queue marked
-        ``x-jobq-suspect``, attempt kept (see rmq crashes)."""
-        job = delivery.job
-        try:
-            self._log.debug("job %s came back redelivered; it runs again, alone if it comes back "
-                            "once more", job.id)
-            await self._forward(delivery, "", self._queue, {ATTEMPT: job.attempt, SUSPECT: 1})
         except TransportError as exc:
             self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
 

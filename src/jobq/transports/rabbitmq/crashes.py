@@ -32,14 +32,20 @@ from jobq.job import Job
 
 @dataclass(frozen=True, slots=True)
 class CrashCopy:
-    """The copy to publish (its ``x-jobq-attempt``), or, with ``dead`` set, the reason to bury it."""
+    """The copy to publish (its ``x-jobq-attempt``; with ``suspect``, back to the work queue
+    marked ``x-jobq-suspect``, else to ``<q>.alone``), or, with ``dead`` set, the reason to
+    bury it."""
 
     attempt: int
     dead: str | None = None
+    suspect: bool = False
 
 
-def crash_copy(job: Job, *, isolated: bool) -> CrashCopy:
-    """What to publish for ``job``, redelivered after a crash; ``isolated``: it was marked."""
+def crash_copy(job: Job, *, isolated: bool, first: bool = False) -> CrashCopy:
+    """What to publish for ``job``, redelivered after a crash; ``isolated``: it was marked to
+    run alone; ``first``: a classic queue's first redelivery of it (the suspect step)."""
+    if first:
+        return CrashCopy(job.attempt, suspect=True)  # refunded, and not alone yet
     if not isolated:
         return CrashCopy(job.attempt)  # refunded: the crash cannot be attributed to it
     if job.attempt + 1 > job.max_attempts:
