@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -149,6 +150,7 @@ class WorkerPool:
         self._paused = False  # what the pause watch last said (workers read it before each job)
         self._held_back: list[Delivery] = []  # taken by a worker after the pause: not started
         self._handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
+        self._ahead: asyncio.Task[list[Delivery]] | None = None  # the next receive, asked early
         if pause is not None:
             pause.listen(self._pause_changed)
 
@@ -286,31 +288,39 @@ class WorkerPool:
         await self._work(slot)
 
     async def _fetch(self) -> None:
-        failures = 0
         if self._pause is not None:
             await self._pause.check()  # before the first receive: a paused queue gives nothing
+        try:
+            await self._fetch_batches()
+        finally:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:  # stopping: what it brings is handed back with the unstarted
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    self._accept(await ahead)
+
+    async def _fetch_batches(self) -> None:
+        failures = 0
         while not self._stop.is_set():
-            if self._paused:
-                if not await self._hold():
-                    return
-                continue
             if not self._sizer.fixed:
                 self._resize(self._sizer.measure(time.monotonic(), self.stats.settled))
-            room = self._capacity - self._outstanding
-            # Claim in batches: wait until a quarter of the capacity is free, unless the
-            # workers are about to starve.
-            if room <= 0 or (room < self._low_water and not self._queue.empty()):
-                self._room.clear()
-                await self._room.wait()
-                continue
-            idle_before = self._outstanding == 0
+            receiving: Awaitable[list[Delivery]] | None = self._ahead
+            self._ahead, idle_before = None, False
+            if receiving is None:
+                if self._paused:
+                    if not await self._hold():
+                        return
+                    continue
+                if not await self._room_for_a_batch():
+                    continue
+                idle_before = self._outstanding == 0
+                receiving = self._transport.receive(self._ask(self._capacity - self._outstanding),
+                                                    self._receive_timeout(idle_before))
             try:
-                batch = await self._transport.receive(room, self._receive_timeout(idle_before))
+                batch = await receiving
             except TransportError as exc:
                 failures = self.receive_failures = failures + 1
-                delay = RECEIVE_BACKOFF.delay(failures)
-                self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
-                await pause(delay, self._stop)
+                await self._receive_failed(exc, failures)
                 continue
             failures = self.receive_failures = 0
             if not batch:
@@ -318,9 +328,56 @@ class WorkerPool:
                     self._log.info("nothing left to do (--once)")
                     return
                 continue
-            self._accept(batch)
+            await self._take_in(batch)
             if self._isolated:
                 await self._run_isolated()
+
+    async def _room_for_a_batch(self) -> bool:
+        """Claim in batches: True if a quarter of the capacity is free, or the workers are about
+        to starve; else False once a settle (or a stop, a pause) has freed some."""
+        room = self._capacity - self._outstanding
+        if room <= 0 or (room < self._low_water and not self._queue.empty()):
+            self._room.clear()
+            await self._room.wait()
+            return False
+        return True
+
+    async def _take_in(self, batch: list[Delivery]) -> None:
+        """Hand ``batch`` to the workers, the next receive started first if there is room."""
+        self._ahead = self._ask_ahead(batch)
+        try:
+            if self._ahead is not None:  # one loop turn: its request goes out first
+                await asyncio.sleep(0)
+        finally:  # in the workers' hands even if cancelled meanwhile: released at stop
+            self._accept(batch)
+
+    async def _receive_failed(self, exc: TransportError, failures: int) -> None:
+        delay = RECEIVE_BACKOFF.delay(failures)
+        self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
+        await pause(delay, self._stop)
+
+    def _ask(self, room: int) -> int:
+        """With a buffer, at most half the capacity per receive, so that the next can be on its
+        way while the workers run this one (``_ask_ahead``)."""
+        if self._capacity == self._concurrency:
+            return room
+        return min(room, max(1, self._capacity // 2))
+
+    def _ask_ahead(self, batch: list[Delivery]) -> asyncio.Task[list[Delivery]] | None:
+        """Before ``batch`` reaches the workers, start the next receive if the pool has room
+        for it beside ``batch``: its round trip to the server then overlaps their work instead
+        of following it. Workers whose jobs never wait (no-op jobs, a lease-mode ack) run the
+        whole buffer without yielding the event loop, so a receive started after they are
+        woken would go out only once the buffer is empty: the caller gives it one loop turn
+        first, in which it sends its claim. Not without a buffer (transaction mode: it
+        claims only for free workers), not while paused or stopping, nor beside a job that
+        must run alone: receiving waits for it (``_run_isolated``)."""
+        room = self._capacity - self._outstanding - len(batch)
+        if (self._capacity == self._concurrency or room < self._low_water or self._paused
+                or self._stop.is_set() or any(delivery.isolate for delivery in batch)):
+            return None
+        return asyncio.ensure_future(self._transport.receive(self._ask(room),
+                                                             self._receive_timeout(False)))
 
     def _resize(self, buffer_size: int) -> None:
         self._capacity = self._concurrency + buffer_size

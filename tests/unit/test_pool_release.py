@@ -56,7 +56,9 @@ async def test_unstarted_jobs_are_released_together() -> None:
         store.add("k", {"i": i})
     transport = SlowRelease(store, 0.1)
     pool, took = await run_and_stop(transport)
-    assert pool.stats.released == 20 and transport.peak == 20
+    # The buffer of 20 fills in receives of at most half the capacity: 19 or 20 wait unstarted.
+    assert pool.stats.released >= 19 and transport.peak == pool.stats.released
+    assert [e.status for e in store.entries.values()].count("pending") == 21 - pool.stats.ok
     assert took < 1.0  # 20 releases of 0.1 s one after another would take 2 s
 
 
