@@ -20,7 +20,7 @@ from jobq.transport import NewJob
 MAX_KIND = 200  # characters; a kind is a routing key, not data
 # Decoding runs for every job received: the decoder's own decode() skips json.loads' argument
 # checks, and '{}' (most jobs' headers) needs no decoding at all.
-_DECODER = json.JSONDecoder()
+DECODER = json.JSONDecoder()
 # Encoding runs for every job enqueued: reusing the encoders skips building one per call.
 # _SPACED writes what json.dumps writes by default, _COMPACT the same without the spaces.
 _SPACED = json.JSONEncoder(allow_nan=False)
@@ -157,7 +157,7 @@ def decode_object(raw: Any, what: str, limit: int, key: str) -> tuple[dict[str, 
         if reason:
             return {}, reason
         try:
-            value = _DECODER.decode(raw)
+            value = DECODER.decode(raw)
         except ValueError as exc:
             return {}, f"{what} {_is(what)} not JSON ({exc})"
         except RecursionError:

@@ -19,7 +19,7 @@ from jobq.config import LimitsConfig
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.limits import decode_object, encode_new_job
 from jobq.transport import NewJob
-from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.decode import _checked, _well_formed, row_to_delivery
 
 scalars = (st.none() | st.booleans() | st.integers()
            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20))
@@ -101,3 +101,38 @@ def test_the_size_limit_is_the_same_at_enqueue_and_on_receipt(payload: dict[str,
 def test_encode_refuses_a_payload_that_is_not_an_object(payload: Any) -> None:
     with pytest.raises(MalformedJob, match="payload must be a JSON object"):
         encode_new_job(NewJob(kind="k", payload=payload), LimitsConfig())
+
+
+# Rows the short path may take: no headers; the payload, counts and kind plausible or not.
+plain_rows = st.tuples(
+    st.integers(1, 10**9), kinds | st.just("") | anything,
+    json_objects.map(json.dumps) | st.text(max_size=40) | anything, st.just("{}"),
+    st.integers(-1, 10) | st.booleans() | anything, st.integers(0, 10) | anything,
+    st.datetimes() | anything, st.booleans() | st.none(),
+).map(list)
+
+
+# ... and rows that are one field away from it (a count out of range, a payload near the limit).
+near_rows = st.tuples(
+    st.integers(1, 10**9), kinds, json_objects.map(json.dumps), st.just("{}"), st.integers(-2, 3),
+    st.integers(-1, 3), st.datetimes(), st.booleans(),
+).map(list)
+
+
+def agree(row: list[Any], limits: LimitsConfig) -> None:
+    fast, full = row_to_delivery(row, "q", limits), _checked(row, "q", limits)
+    event("short path" if _well_formed(row, "q", limits) is not None else "full checks")
+    assert (fast.job, fast.malformed, fast.isolate, fast.handle) == (
+        full.job, full.malformed, full.isolate, full.handle)
+
+
+@settings(max_examples=300)
+@given(row=near_rows, limit=st.sampled_from([16, 24, 40, 1 << 20]))
+def test_the_short_path_decodes_a_row_near_validity_as_the_full_checks_do(
+        row: list[Any], limit: int) -> None:
+    agree(row, LimitsConfig(max_payload=limit))
+
+
+@given(row=plain_rows | rows)
+def test_the_short_path_decodes_any_row_as_the_full_checks_do(row: list[Any]) -> None:
+    agree(row, LimitsConfig())
