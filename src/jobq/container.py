@@ -103,9 +103,10 @@ def pool_buffer(settings: Settings) -> int:
 
 def pool_buffer_max(settings: Settings) -> int:
     """How far jobq may grow the buffer for short jobs (sizing.py): only in lease mode with
-    ``consumer.buffer`` left to jobq (-1). A lease claim takes at most the free room, so
-    there the buffer is the claim's batch size; RabbitMQ's prefetch is set once per
-    session, and a configured buffer is kept as it is."""
+    ``consumer.buffer`` left to jobq (-1). A lease claim takes at most half of concurrency +
+    buffer (the pool's next claim goes out while the workers run the last), so there the
+    buffer sets the claim's batch size; RabbitMQ's prefetch is set once per session, and a
+    configured buffer is kept as it is."""
     if settings.transport != "postgres" or transaction_mode(settings) or settings.consumer.buffer >= 0:
         return 0
     return max(BUFFER_CEILING, settings.consumer.buffer_size)

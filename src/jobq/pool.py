@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -293,20 +292,39 @@ class WorkerPool:
         try:
             await self._fetch_batches()
         finally:
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None:  # stopping: what it brings is handed back with the unstarted
-                ahead.cancel()
-                with contextlib.suppress(BaseException):
-                    self._accept(await ahead)
+            await self._end_ahead()
+
+    async def _end_ahead(self) -> None:
+        """Stopping with a receive started early: cancel it once (a lease claim cancelled twice
+        could not hand back what it took) and wait for its end, however often the fetcher is
+        cancelled meanwhile; what it brought joins the unstarted, which the stop hands back."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        ahead.cancel()
+        interrupted = False
+        while not ahead.done():
+            try:
+                await asyncio.wait({ahead})
+            except asyncio.CancelledError:
+                interrupted = True
+        if not ahead.cancelled() and ahead.exception() is None:
+            self._accept(ahead.result())
+        if interrupted:
+            raise asyncio.CancelledError
 
     async def _fetch_batches(self) -> None:
         failures = 0
         while not self._stop.is_set():
             if not self._sizer.fixed:
                 self._resize(self._sizer.measure(time.monotonic(), self.stats.settled))
-            receiving: Awaitable[list[Delivery]] | None = self._ahead
-            self._ahead, idle_before = None, False
-            if receiving is None:
+            idle_before = False
+            receiving: Awaitable[list[Delivery]]
+            if self._ahead is not None:
+                # Shielded: a cancel of the fetcher must not drop a batch the receive has
+                # already taken; self._ahead stays set until it is in hand (_end_ahead).
+                receiving = asyncio.shield(self._ahead)
+            else:
                 if self._paused:
                     if not await self._hold():
                         return
@@ -319,9 +337,11 @@ class WorkerPool:
             try:
                 batch = await receiving
             except TransportError as exc:
+                self._ahead = None
                 failures = self.receive_failures = failures + 1
                 await self._receive_failed(exc, failures)
                 continue
+            self._ahead = None
             failures = self.receive_failures = 0
             if not batch:
                 if self._once and idle_before:

@@ -116,3 +116,86 @@ async def test_a_stop_while_the_next_receive_is_out_hands_its_batch_back() -> No
     assert "running" not in states, states  # nothing left claimed: interrupted, or handed back
     assert stats.retried == 2  # the two running, interrupted by the shutdown
     assert stats.released == 32 - 2  # the first batch's unstarted, and all of the late second
+
+
+class CancelAsTheSecondReturns(MemoryTransport):
+    """The second receive (the one started early) returns its batch with a cancel of the
+    fetcher already queued: the cancel lands after the batch was taken and before the fetcher
+    has it, where a stop's cancel may land in a busy drain."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.receives = 0
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        self.receives += 1
+        await asyncio.sleep(0.001)  # the round trip: the fetcher is waiting for it meanwhile
+        batch = await super().receive(max_count, timeout)
+        if self.receives == 2:
+            fetcher, = (t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_fetch")
+            asyncio.get_running_loop().call_soon(fetcher.cancel)
+        return batch
+
+
+async def test_a_cancel_as_the_early_receive_returns_loses_nothing() -> None:
+    store = filled(40)
+    transport = CancelAsTheSecondReturns(store)
+
+    async def handler(job: Job) -> None:
+        await asyncio.Event().wait()  # runs until the shutdown interrupts it
+
+    pool = WorkerPool(transport, handler, RetryPolicy(jitter=False), concurrency=2,
+                      buffer_size=30, job_timeout=5.0, shutdown_timeout=0.2, poll_timeout=0.05)
+    stats = await pool.run()
+    states = [e.status for e in store.entries.values()]
+    assert "running" not in states, states.count("running")  # before: the second batch's 16
+    assert states == ["pending"] * 40  # the two interrupted retried, the rest handed back
+    assert stats.retried == 2 and transport.receives == 2
+
+
+class ClaimThenCancelled(MemoryTransport):
+    """The second receive behaves as a lease claim does: the claim is out (its rows taken) when
+    a cancel comes, so it waits for the claim's answer and hands the rows back itself, and a
+    second cancel during that wait leaves them taken by nobody. It also asks the pool to stop,
+    while the fetcher is still handing over the first batch."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.receives = self.cancels = 0
+        self.pool: WorkerPool | None = None
+
+    async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
+        self.receives += 1
+        if self.receives != 2:
+            return await super().receive(max_count, timeout)
+        assert self.pool is not None
+        self.pool.stop()
+        batch = await super().receive(max_count, timeout)
+        try:
+            await asyncio.sleep(0.05)  # the claim's round trip
+        except asyncio.CancelledError:
+            self.cancels += 1
+            try:
+                await asyncio.sleep(0.05)  # its answer, awaited before handing the rows back
+            except asyncio.CancelledError:
+                self.cancels += 1
+                raise
+            for delivery in batch:
+                await super().release(delivery)
+            raise
+        return batch
+
+
+async def test_the_early_receive_is_cancelled_once_at_stop_and_hands_its_rows_back() -> None:
+    store = filled(40)
+    transport = ClaimThenCancelled(store)
+
+    async def handler(job: Job) -> None:
+        await asyncio.Event().wait()
+
+    pool = transport.pool = WorkerPool(
+        transport, handler, RetryPolicy(jitter=False), concurrency=2, buffer_size=30,
+        job_timeout=5.0, shutdown_timeout=0.2, poll_timeout=0.05)
+    await pool.run()
+    assert transport.receives == 2 and transport.cancels == 1  # before: cancelled twice
+    assert [e.status for e in store.entries.values()] == ["pending"] * 40
