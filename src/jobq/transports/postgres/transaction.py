@@ -19,6 +19,7 @@ docs/claim-modes.md says when to use this mode.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -33,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
 from jobq.job import Delivery
+from jobq.sizing import BufferSizer
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
@@ -54,6 +56,12 @@ NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"
 STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
+# Picking ahead (postgres.pick_ahead, off by default): a pick also picks the jobs the next
+# workers to free up will want, their starts counted with the others', as many as
+# were taken in SPARES_HOLD seconds lately; one not asked for within SPARE_FOR is handed back,
+# its start uncounted, well before its pick's moment (GRACE) lets other picks take it.
+SPARES_HOLD = 0.25
+SPARE_FOR = GRACE / 4
 ABORTED = ("the job's transaction was aborted by a statement that failed in the handler, and the "
            "handler returned normally: its writes cannot commit (re-raise database errors)")
 
@@ -89,6 +97,11 @@ class PgTransactionTransport:
         self._claim = ClaimStatement(queries, self._log, self._worker)
         self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
         self._picked: set[int] = set()  # picked (start counted), not yet taken
+        # Picked ahead for workers not yet free: (row, loop time of its pick), oldest first.
+        self._spares: collections.deque[tuple[Row, float]] = collections.deque()
+        self._spare_sizer = BufferSizer(0, concurrency, hold=SPARES_HOLD)
+        self._spare_timer: asyncio.TimerHandle | None = None
+        self._takes = 0  # jobs taken, the spares' sizer's rate
         self._claiming: set[asyncio.Task[Delivery | None]] = set()
         self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
         self._delivered = 0  # handed out and not yet settled
@@ -154,6 +167,9 @@ class PgTransactionTransport:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+        self._spares.clear()  # their jobs are in _picked, handed back below
         for delivery in self._ready:  # claimed but never handed out: the attempt does not count
             with contextlib.suppress(TransportError):
                 await self._unstart(delivery.handle)
@@ -238,7 +254,12 @@ class PgTransactionTransport:
         await self._fail(delivery.handle, "dead", 0.0, reason)
 
     async def set_paused(self, paused: bool) -> None:
-        """Nothing to do: a pick takes jobs only when the pool asks, and it does not while paused."""
+        """Hand back the jobs picked ahead; a pick takes jobs only when the pool asks, and it
+        does not while paused."""
+        if paused and self._spares:
+            rows = [row for row, _ in self._spares]
+            self._spares.clear()
+            await self._hand_back(rows)
 
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` with a cancel request (`jobq jobs cancel`), asked on a pool
@@ -313,11 +334,15 @@ class PgTransactionTransport:
         self._wake.set()
 
     def _start_claims(self, max_count: int) -> None:
-        """A pick for the free workers that no claim in flight is already for."""
-        if self._dry or self._error is not None:
+        """Takes of jobs picked ahead, then a pick, for the free workers that no claim in
+        flight is already for."""
+        if self._error is not None:
             return
         room = (min(max_count, self._slots - self._delivered) - self._asked
                 - len(self._claiming) - len(self._ready))
+        room = self._take_spares(room)
+        if self._dry:
+            return
         # A queue that is idle, or fed a job at a time, costs about one pick per job, not one
         # per free worker: after a pick found nothing, they ramp up as picks find jobs.
         room = min(room, self._width - self._asked)
@@ -326,6 +351,50 @@ class PgTransactionTransport:
         self._wake.clear()  # news from now on is news to the pick started here
         self._asked += room - 1  # the pick's task counts as one of them while it runs
         self._spawn(self._pick(room))
+
+    def _take_spares(self, room: int) -> int:
+        """Take up to ``room`` jobs picked ahead, in a task each; hand back the stale ones.
+        The room left."""
+        self._drop_stale()
+        while room > 0 and self._spares:
+            row, _ = self._spares.popleft()
+            self._spawn(self._take(None, row))
+            room -= 1
+        return room
+
+    def _drop_stale(self) -> None:
+        """Hand back the jobs picked ahead more than SPARE_FOR ago (in a claim task, which
+        a --once drain and close() wait for); look again when the next one turns stale."""
+        if self._spare_timer is not None:
+            self._spare_timer.cancel()
+            self._spare_timer = None
+        loop = asyncio.get_running_loop()
+        now, stale = loop.time(), []
+        while self._spares and now - self._spares[0][1] > SPARE_FOR:
+            stale.append(self._spares.popleft()[0])
+        if stale:
+            self._spawn(self._hand_back(stale))
+        if self._spares:
+            self._spare_timer = loop.call_later(
+                self._spares[0][1] + SPARE_FOR - now + 0.01, self._drop_stale)
+
+    async def _hand_back(self, rows: list[Row]) -> Delivery | None:
+        """Jobs picked ahead and not asked for: their starts uncounted, free for others now.
+        The sweep starts again (its cursor passed them: a --once sweep would end without them)."""
+        self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
+        try:
+            await self._unpick([int(row[0]) for row in rows])
+        except TransportError as exc:  # their pick's moment passes and frees them anyway
+            self._log.debug("could not hand back %d jobs picked ahead: %s", len(rows), exc)
+        return None
+
+    def _ahead(self) -> int:
+        """How many jobs a pick may pick ahead now (``postgres.pick_ahead``): the takes of
+        SPARES_HOLD seconds at the recent rate, less those already picked ahead."""
+        if not self._cfg.pick_ahead:
+            return 0
+        wanted = self._spare_sizer.measure(asyncio.get_running_loop().time(), self._takes)
+        return max(0, wanted - len(self._spares))
 
     def _spawn(self, claim: Coroutine[Any, Any, Delivery | None]) -> None:
         task = asyncio.create_task(claim)
@@ -346,6 +415,7 @@ class PgTransactionTransport:
 
     async def _pick(self, room: int) -> Delivery | None:
         """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks."""
+        ahead = self._ahead()
         try:
             with translated("postgres claim"):
                 conn = await self._pool.getconn()
@@ -353,7 +423,7 @@ class PgTransactionTransport:
             try:
                 sweep = self._sweep  # a new sweep may begin while this pick runs
                 with translated("postgres claim"):
-                    rows = await self._claim.pick(conn, sweep, self._queue, room)
+                    rows = await self._claim.pick(conn, sweep, self._queue, room + ahead)
             except BaseException:
                 await self._give_back(conn)
                 raise
@@ -363,10 +433,16 @@ class PgTransactionTransport:
             self._dry, self._width = True, 1
             await self._give_back(conn)
             return None
+        rows, spares = rows[:room], rows[room:]
         self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
-        self._picked.update(int(row[0]) for row in rows)
-        for row in rows:
+        self._picked.update(int(row[0]) for row in (*rows, *spares))
+        for row in (*rows, *spares):
             sweep.passed(row)
+        if spares:
+            now = asyncio.get_running_loop().time()
+            self._spares.extend((row, now) for row in spares)
+            if self._spare_timer is None:
+                self._drop_stale()  # arms the timer
         for row in rows[1:]:
             self._spawn(self._take(None, row))
         return await self._take(conn, rows[0])
@@ -388,6 +464,7 @@ class PgTransactionTransport:
                 await self._untake(job_id)
             raise
         self._picked.discard(job_id)
+        self._takes += 1
         if not taken:  # picked again since (this take came after the pick's moment): theirs now
             self._log.warning("job %d was picked again before this consumer took it (its take "
                               "came more than %.0f s after its pick: an event loop blocked that "

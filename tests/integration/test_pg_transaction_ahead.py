@@ -1,0 +1,106 @@
+"""Transaction mode with postgres.pick_ahead: one pick serves the next few workers to free up,
+and a job picked ahead that no worker asks for soon is handed back with its start uncounted.
+Off (the default), a pick picks only for the free workers.
+
+Before, workers freed up one at a time once a drain was under way, so each pick took a single
+job: a statement and a commit per job on top of the job's own transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+from jobq import Job
+from jobq.config import load_settings
+from jobq.pool import WorkerPool
+from jobq.retry import RetryPolicy
+from jobq.transports.postgres.connect import open_pool
+from jobq.transports.postgres.transaction import SPARE_FOR, PgTransactionTransport
+from tests.conftest import ROOT, fetch
+from tests.integration.test_postgres import jobs, produce, status_counts
+
+pytestmark = pytest.mark.integration
+WORKERS = 8
+
+
+async def transaction_transport(schema: str, queue: str, *, pick_ahead: bool = True
+                                ) -> tuple[PgTransactionTransport, Any]:
+    settings = load_settings(ROOT / "configs" / "postgres.yaml", {
+        "postgres.schema": schema, "postgres.claim": "transaction",
+        "consumer.concurrency": WORKERS, "postgres.pick_ahead": pick_ahead})
+    pool = await open_pool(settings.postgres.dsn, settings.connect, WORKERS + 2,
+                           logging.getLogger("test"), network_timeout=settings.postgres.network_deadline,
+                           min_size=2)
+    transport = PgTransactionTransport(pool, settings.postgres, settings.connect, queue=queue,
+                                       concurrency=WORKERS, once=True)
+    return transport, pool
+
+
+def test_a_drain_picks_several_jobs_per_pick(pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 600)
+    picked: list[int] = []
+
+    async def drain() -> int:
+        transport, pool = await transaction_transport(schema, queue_name)
+        real = transport._claim.pick
+
+        async def counted(*args: Any) -> list[Any]:
+            rows = await real(*args)
+            picked.append(len(rows))
+            return rows
+
+        transport._claim.pick = counted  # type: ignore[method-assign]
+
+        async def handler(job: Job) -> None:
+            pass
+
+        try:
+            await transport.open()
+            stats = await WorkerPool(transport, handler, RetryPolicy(), concurrency=WORKERS,
+                                     buffer_size=0, job_timeout=5.0, shutdown_timeout=5.0,
+                                     once=True).run()
+            await transport.close()
+        finally:
+            await pool.close()
+        return stats.ok
+
+    assert asyncio.run(drain()) == 600
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 600}
+    assert fetch(pg_dsn, sql.SQL("SELECT max(attempts) FROM {}").format(jobs(schema))) == [(1,)]
+    assert sum(picked) == 600 and len(picked) < 600 / 3, picked  # before: about one per job
+
+
+@pytest.mark.parametrize("pick_ahead", [True, False])
+def test_jobs_picked_ahead_and_not_asked_for_are_handed_back_uncounted(
+        pg_dsn: str, schema: str, queue_name: str, pick_ahead: bool) -> None:
+    produce(schema, queue_name, 3000)
+
+    async def busy_then_idle() -> tuple[int, int]:
+        transport, pool = await transaction_transport(schema, queue_name, pick_ahead=pick_ahead)
+        try:
+            await transport.open()
+            loop = asyncio.get_running_loop()
+            until, most = loop.time() + 0.6, 0
+            while loop.time() < until:  # eight workers settling as fast as jobs come
+                for delivery in await transport.receive(WORKERS, 1.0):
+                    await transport.ack(delivery)
+                most = max(most, len(transport._spares))
+            await asyncio.sleep(SPARE_FOR + 0.5)  # then nobody asks for more
+            left = len(transport._spares)
+            await transport.close()
+        finally:
+            await pool.close()
+        return most, left
+
+    most, left = asyncio.run(busy_then_idle())
+    assert left == 0 and (most > 0) is pick_ahead  # it picked ahead (if on), and handed it back
+    counts = status_counts(pg_dsn, schema, queue_name)
+    assert set(counts) == {"done", "pending"} and sum(counts.values()) == 3000
+    pending = fetch(pg_dsn, sql.SQL("SELECT attempts, locked_until FROM {} WHERE status = 'pending'")
+                    .format(jobs(schema)))
+    assert {(attempts, until) for attempts, until in pending} == {(0, None)}  # none charged
