@@ -74,6 +74,16 @@ async def test_without_a_buffer_the_pool_asks_only_for_free_workers() -> None:
     assert "got 4" in events and not any(e.startswith("got ") and int(e[4:]) > 4 for e in events)
 
 
+def stuck_pool(transport: MemoryTransport, *, shutdown_timeout: float) -> WorkerPool:
+    """Two workers whose jobs run until the shutdown interrupts them, a buffer of 30."""
+    async def handler(job: Job) -> None:
+        await asyncio.Event().wait()
+
+    return WorkerPool(transport, handler, RetryPolicy(jitter=False), concurrency=2,
+                      buffer_size=30, job_timeout=5.0, shutdown_timeout=shutdown_timeout,
+                      poll_timeout=0.05)
+
+
 class SlowSecondReceive(MemoryTransport):
     """The second receive takes 0.3 s and, like a claim that already went out, finishes even
     when cancelled, handing its batch to the caller."""
@@ -102,12 +112,7 @@ class SlowSecondReceive(MemoryTransport):
 async def test_a_stop_while_the_next_receive_is_out_hands_its_batch_back() -> None:
     store = filled(40)
     transport = SlowSecondReceive(store)
-
-    async def handler(job: Job) -> None:
-        await asyncio.Event().wait()  # runs until the shutdown interrupts it
-
-    pool = WorkerPool(transport, handler, RetryPolicy(jitter=False), concurrency=2,
-                      buffer_size=30, job_timeout=5.0, shutdown_timeout=0.5, poll_timeout=0.05)
+    pool = stuck_pool(transport, shutdown_timeout=0.5)
     run = asyncio.create_task(pool.run())
     await transport.ahead_in_flight.wait()
     pool.stop()
@@ -140,12 +145,7 @@ class CancelAsTheSecondReturns(MemoryTransport):
 async def test_a_cancel_as_the_early_receive_returns_loses_nothing() -> None:
     store = filled(40)
     transport = CancelAsTheSecondReturns(store)
-
-    async def handler(job: Job) -> None:
-        await asyncio.Event().wait()  # runs until the shutdown interrupts it
-
-    pool = WorkerPool(transport, handler, RetryPolicy(jitter=False), concurrency=2,
-                      buffer_size=30, job_timeout=5.0, shutdown_timeout=0.2, poll_timeout=0.05)
+    pool = stuck_pool(transport, shutdown_timeout=0.2)
     stats = await pool.run()
     states = [e.status for e in store.entries.values()]
     assert "running" not in states, states.count("running")  # before: the second batch's 16
@@ -189,13 +189,7 @@ class ClaimThenCancelled(MemoryTransport):
 async def test_the_early_receive_is_cancelled_once_at_stop_and_hands_its_rows_back() -> None:
     store = filled(40)
     transport = ClaimThenCancelled(store)
-
-    async def handler(job: Job) -> None:
-        await asyncio.Event().wait()
-
-    pool = transport.pool = WorkerPool(
-        transport, handler, RetryPolicy(jitter=False), concurrency=2, buffer_size=30,
-        job_timeout=5.0, shutdown_timeout=0.2, poll_timeout=0.05)
+    pool = transport.pool = stuck_pool(transport, shutdown_timeout=0.2)
     await pool.run()
     assert transport.receives == 2 and transport.cancels == 1  # before: cancelled twice
     assert [e.status for e in store.entries.values()] == ["pending"] * 40

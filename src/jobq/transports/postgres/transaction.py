@@ -379,13 +379,8 @@ class PgTransactionTransport:
                 self._spares[0][1] + SPARE_FOR - now + 0.01, self._drop_stale)
 
     async def _hand_back(self, rows: list[Row]) -> Delivery | None:
-        """Jobs picked ahead and not asked for: their starts uncounted, free for others now.
-        The sweep starts again (its cursor passed them: a --once sweep would end without them)."""
-        self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
-        try:
-            await self._unpick([int(row[0]) for row in rows])
-        except TransportError as exc:  # their pick's moment passes and frees them anyway
-            self._log.debug("could not hand back %d jobs picked ahead: %s", len(rows), exc)
+        """Jobs picked ahead and not asked for: free for others now (a claim task's result)."""
+        await self._untake([int(row[0]) for row in rows], "picked ahead, not asked for")
         return None
 
     def _ahead(self) -> int:
@@ -433,11 +428,11 @@ class PgTransactionTransport:
             self._dry, self._width = True, 1
             await self._give_back(conn)
             return None
+        self._picked.update(int(row[0]) for row in rows)
+        for row in rows:
+            sweep.passed(row)
         rows, spares = rows[:room], rows[room:]
         self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
-        self._picked.update(int(row[0]) for row in (*rows, *spares))
-        for row in (*rows, *spares):
-            sweep.passed(row)
         if spares:
             now = asyncio.get_running_loop().time()
             self._spares.extend((row, now) for row in spares)
@@ -461,7 +456,7 @@ class PgTransactionTransport:
             if conn is not None:
                 await self._give_back(conn)
             if isinstance(exc, TransportError):
-                await self._untake(job_id)
+                await self._untake([job_id], "a failed take")
             raise
         self._picked.discard(job_id)
         self._takes += 1
@@ -473,14 +468,15 @@ class PgTransactionTransport:
             return None
         return await self._deliver(conn, row)
 
-    async def _untake(self, job_id: int) -> None:
-        """A take failed: hand the job back with its start uncounted, and sweep again from the
-        start, since the cursor has moved past the job (a --once sweep would end without it)."""
+    async def _untake(self, ids: list[int], why: str) -> None:
+        """Hand picked jobs back with their starts uncounted (a take failed, or they were
+        picked ahead and not asked for), and sweep again from the start, since the cursor has
+        moved past them (a --once sweep would end without them)."""
         self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
         try:
-            await self._unpick([job_id])
-        except TransportError as exc:  # the pick's moment passes and frees it anyway
-            self._log.debug("could not hand back job %d after a failed take: %s", job_id, exc)
+            await self._unpick(ids)
+        except TransportError as exc:  # their pick's moment passes and frees them anyway
+            self._log.debug("could not hand back jobs %s (%s): %s", ids[:10], why, exc)
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
