@@ -90,6 +90,9 @@ def test_cancel_a_waiting_and_a_running_job(backend: Backend, tmp_path: Path) ->
             assert sorted(str(row["id"]) for row in listed) == sorted([first, waiting])
             running = json.loads(jobq(backend, "jobs", "list", "--state", "running", "--json"))
             assert [str(row["id"]) for row in running] == [last], running
+            assert running[0]["attempts"] == 1, running  # the attempt it is on, in either mode
+            shown = json.loads(jobq(backend, "jobs", "show", last, "--json"))
+            assert (shown["state"], shown["attempts"]) == ("running", 1), shown
             err = jobq(backend, "jobs", "cancel", first, code=2)
             assert "is cancelled already: nothing to cancel" in err, err
         else:

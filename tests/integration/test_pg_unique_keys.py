@@ -101,7 +101,8 @@ async def test_a_key_held_by_a_running_transaction_mode_job_returns_it_without_w
     consumer = start_cli("consumer", *pg_args(queue_name), "-p", "sleep", "-a", "ms=4000", "--once",
                          env=env)
     try:
-        taken = sql.SQL("SELECT 1 FROM {} WHERE attempts = 1").format(jobs_table(schema))
+        taken = sql.SQL("SELECT 1 FROM {} WHERE status = 'pending' AND locked_by IS NOT NULL"
+                        ).format(jobs_table(schema))  # picked: its take is one round trip later
         assert wait_until(lambda: fetch(pg_dsn, taken), 15), "the job never started"
         loop = asyncio.get_running_loop()
         started = loop.time()

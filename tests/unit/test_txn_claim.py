@@ -55,10 +55,10 @@ def test_the_prepared_pick_and_take_are_the_queries_with_numbered_parameters() -
     pick, take = (statement.decode() for statement in claim._prepare)
     assert pick.startswith("PREPARE jobq_pick_") and take.startswith("PREPARE jobq_take_")
     assert "(text, timestamptz, bigint, timestamptz, int, float8, text) AS" in pick
-    assert "(bigint, text, timestamptz) AS" in take
+    assert "(bigint, text, timestamptz, int) AS" in take
     for prepared, name, params in ((pick, "txn_pick", ("queue", "after_run_at", "after_id", "until",
                                                       "limit", "grace", "worker")),
-                                   (take, "txn_take", ("id", "worker", "until"))):
+                                   (take, "txn_take", ("id", "worker", "until", "count"))):
         body = Queries("s")[name].as_string(None)
         assert "%(" not in prepared.split(" AS ", 1)[1]
         for number, param in enumerate(params, 1):

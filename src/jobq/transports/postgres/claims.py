@@ -1,9 +1,11 @@
 """Transaction-mode claims: a pick for the free workers, a take per job, and the sweep.
 
-A claim is two steps. ``txn_pick`` picks up to one job per free worker and counts their
-starts in a statement that commits at once (so a process that dies mid-job has still used the
-attempt). Then each job is taken in a transaction of its own: BEGIN, ``txn_take`` (which
-locks the row and marks it done, uncommitted) and the job's SAVEPOINT travel as one
+A claim is two steps. ``txn_pick`` picks jobs for the free workers (and, with
+``postgres.pick_ahead``, for the next to free up) in a statement that commits at once, and
+counts the starts of those that come back from a consumer that died holding them (STALE), so a
+job that kills its process every time still uses up its attempts. Then each job is taken in a
+transaction of its own: BEGIN, ``txn_take`` (which locks the row, marks it done and counts the
+start of a job its pick did not, all uncommitted) and the job's SAVEPOINT travel as one
 simple-protocol query that runs a statement prepared once per session under a name derived
 from its text, so the server parses nothing but that short line per job.
 
@@ -41,11 +43,12 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 Row = tuple[Any, ...]
 PICK = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
         (b"%(until)s", b"$4"), (b"%(limit)s", b"$5"), (b"%(grace)s", b"$6"), (b"%(worker)s", b"$7"))
-TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"), (b"%(until)s", b"$3"))
+TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"), (b"%(until)s", b"$3"), (b"%(count)s", b"$4"))
 # Seconds a picked job is passed over by other picks, waiting for its take (one round trip
 # later): a take later than that (an event loop blocked as long) may find it picked again.
 GRACE = 2.0
 PICKED = 7  # txn_pick's row: the job's locked_until as the pick set it (the take's token)
+STALE = 8  # txn_pick's row: the job came back from a consumer that died; the pick counted it
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 
@@ -56,7 +59,8 @@ class Claim:
 
     conn: Conn
     job_id: int
-    attempt: int  # the row's attempts as its pick counted them: the fence of a later write
+    attempt: int  # this attempt's number (the row's attempts once counted): the fence of a later write
+    count: int  # 1 where the take counts the start (in the job's transaction), 0 where the pick did
     ended: tuple[str, ...] = ()  # once the transaction ended without jobq: states the row may be in
 
 
@@ -76,7 +80,7 @@ class ClaimStatement:
         self._prepare = (
             b"PREPARE " + pick_name + b" (text, timestamptz, bigint, timestamptz, int, float8, text)"
             b" AS " + pick,
-            b"PREPARE " + take_name + b" (bigint, text, timestamptz) AS " + take)
+            b"PREPARE " + take_name + b" (bigint, text, timestamptz, int) AS " + take)
         # The pick's and the take's EXECUTE lines are joined by hand, per call, not bound by
         # psycopg's client-side binding (a third of their CPU): what varies is plain ASCII
         # (ids, counts, ISO timestamps), and the text values are quoted once here.
@@ -86,12 +90,14 @@ class ClaimStatement:
         self._queue_literals: dict[str, bytes] = {}
         self._take_head = self._begin + b"; EXECUTE " + take_name + b"("
         self._take_mid = b", " + worker_literal + b", '"
-        self._take_tail = b"'); " + self._savepoint
+        self._take_tails = tuple(b"', " + str(count).encode() + b"); " + self._savepoint
+                                 for count in (0, 1))  # by the take's count
         self._prepared: weakref.WeakSet[Conn] = weakref.WeakSet()
         self._misses = 0
 
     async def pick(self, conn: Conn, sweep: Sweep, queue: str, limit: int) -> list[Row]:
-        """Up to ``limit`` jobs of the sweep, their starts counted (committed, autocommit)."""
+        """Up to ``limit`` jobs of the sweep, picked (committed, autocommit); the starts of those
+        found STALE counted."""
         while self._misses < MISSES:
             query = await self._query(conn)
             try:
@@ -115,19 +121,20 @@ class ClaimStatement:
 
     async def take(self, conn: Conn, row: Row) -> bool:
         """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours."""
-        job_id, until = int(row[0]), row[PICKED]
+        job_id, until, count = int(row[0]), row[PICKED], 0 if row[STALE] else 1
         while self._misses < MISSES:
             query = await self._query(conn)
             try:
                 await query.execute(b"".join((self._take_head, str(job_id).encode(), self._take_mid,
-                                              until.isoformat().encode(), self._take_tail)))
+                                              until.isoformat().encode(),
+                                              self._take_tails[count])))
             except errors.InvalidSqlStatementName:
                 await conn.rollback()
                 self._missing(conn)
                 continue
             query.nextset()
             return query.rowcount == 1
-        params = {"id": job_id, "worker": self._worker, "until": until}
+        params = {"id": job_id, "worker": self._worker, "until": until, "count": count}
         await conn.execute(self._begin)
         taken = await conn.execute(self._take, params)
         await conn.execute(self._savepoint)

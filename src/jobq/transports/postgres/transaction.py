@@ -2,17 +2,18 @@
 
 Each job runs in the transaction that locked its row; the delivery carries that connection as
 ``job.context``, wrapped so that it cannot end the transaction (job_connection.py). A pick
-takes the next jobs past the sweep's cursor, one per free worker, and counts their starts in a
-statement that commits at once (pg_claim). Each job is then taken in one round trip: BEGIN,
-lock it (marking it done, still uncommitted), SAVEPOINT. Success is a bare COMMIT, so the
-handler's writes and the job's ``done`` appear together. A failure rolls back to the savepoint
-and records itself in the same transaction; a crash rolls everything back and frees the row
-once the server sees the connection gone (or, within two seconds of the pick, when those are
-over), its start still counted. A job whose transaction ended without jobq (the handler ended
-it, or its COMMIT failed) fails like any other: the ack raises SettleRejected, and the pool's
-retry or dead-letter is written in a transaction of its own, fenced to the attempt. Picks may
-run concurrently; after one found nothing they ask for one job, doubling as they find as many
-as they asked for.
+takes the next jobs past the sweep's cursor, one per free worker, in a statement that commits
+at once (txn_pick). Each job is then taken in one round trip: BEGIN, lock it (marking it done
+and counting its start, still uncommitted), SAVEPOINT. Success is a bare COMMIT, so the
+handler's writes, the job's ``done`` and its attempt appear together. A failure rolls back to
+the savepoint and records itself in the same transaction; a crash rolls everything back, its
+count included, and frees the row once the server sees the connection gone (or, within two
+seconds of the pick, when those are over); the pick that finds the job so abandoned counts its
+start (claims.STALE), so a job that kills its process still uses up its attempts. A job
+whose transaction ended without jobq (the handler ended it, or its COMMIT failed) fails like
+any other: the ack raises SettleRejected, and the pool's retry or dead-letter is written in a
+transaction of its own, fenced to the attempt. Picks may run concurrently; after one found
+nothing they ask for one job, doubling as they find as many as they asked for.
 docs/claim-modes.md says when to use this mode.
 """
 
@@ -37,7 +38,7 @@ from jobq.job import Delivery
 from jobq.sizing import BufferSizer
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
-from jobq.transports.postgres.claims import GRACE, Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.postgres.claims import GRACE, STALE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.idle import idle_wait
@@ -57,9 +58,9 @@ STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
 # Picking ahead (postgres.pick_ahead, off by default): a pick also picks the jobs the next
-# workers to free up will want, their starts counted with the others', as many as
-# were taken in SPARES_HOLD seconds lately; one not asked for within SPARE_FOR is handed back,
-# its start uncounted, well before its pick's moment (GRACE) lets other picks take it.
+# workers to free up will want, as many as were taken in SPARES_HOLD seconds lately; one not
+# asked for within SPARE_FOR is handed back, well before its pick's moment (GRACE) lets other
+# picks take it.
 SPARES_HOLD = 0.25
 SPARE_FOR = GRACE / 4
 ABORTED = ("the job's transaction was aborted by a statement that failed in the handler, and the "
@@ -96,7 +97,8 @@ class PgTransactionTransport:
         self._worker = consumer_id()
         self._claim = ClaimStatement(queries, self._log, self._worker)
         self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
-        self._picked: set[int] = set()  # picked (start counted), not yet taken
+        self._picked: set[int] = set()  # picked, not yet taken
+        self._counted: set[int] = set()  # those of them whose pick counted the start (STALE)
         # Picked ahead for workers not yet free: (row, loop time of its pick), oldest first.
         self._spares: collections.deque[tuple[Row, float]] = collections.deque()
         self._spare_sizer = BufferSizer(0, concurrency, hold=SPARES_HOLD)
@@ -294,7 +296,7 @@ class PgTransactionTransport:
         await self._give_back(claim.conn)  # its transaction is not the job's (or broken): another
         async with self._pool.connection() as conn:
             cur = await conn.execute(self._sql["txn_fail_apart"], {
-                **params, "worker": self._worker, "attempt": claim.attempt,
+                **params, "worker": self._worker, "attempt": claim.attempt, "count": claim.count,
                 "states": list(claim.ended)})
         if cur.rowcount == 0:
             self._log.warning("job %d: its failure was not recorded: the job is no longer as its "
@@ -303,16 +305,20 @@ class PgTransactionTransport:
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
-            await claim.conn.rollback()
-            await claim.conn.execute(self._sql["txn_unpick"], {"ids": [claim.job_id],
-                                                               "worker": self._worker})
+            await claim.conn.rollback()  # the take's count with it, if it made one
+            counted = [] if claim.count else [claim.job_id]
+            await claim.conn.execute(self._sql["txn_unpick"], {
+                "ids": [claim.job_id], "counted": counted, "worker": self._worker})
         await self._give_back(claim.conn)
 
     async def _unpick(self, ids: list[int]) -> None:
+        counted = [job_id for job_id in ids if job_id in self._counted]
         with translated("postgres release"):
             async with self._pool.connection() as conn:
-                await conn.execute(self._sql["txn_unpick"], {"ids": ids, "worker": self._worker})
+                await conn.execute(self._sql["txn_unpick"], {
+                    "ids": ids, "counted": counted, "worker": self._worker})
         self._picked.difference_update(ids)
+        self._counted.difference_update(counted)
 
     @contextlib.asynccontextmanager
     async def _settling(self, claim: Claim, what: str) -> AsyncIterator[None]:
@@ -429,6 +435,7 @@ class PgTransactionTransport:
             await self._give_back(conn)
             return None
         self._picked.update(int(row[0]) for row in rows)
+        self._counted.update(int(row[0]) for row in rows if row[STALE])
         for row in rows:
             sweep.passed(row)
         rows, spares = rows[:room], rows[room:]
@@ -459,11 +466,12 @@ class PgTransactionTransport:
                 await self._untake([job_id], "a failed take")
             raise
         self._picked.discard(job_id)
+        self._counted.discard(job_id)
         self._takes += 1
         if not taken:  # picked again since (this take came after the pick's moment): theirs now
             self._log.warning("job %d was picked again before this consumer took it (its take "
                               "came more than %.0f s after its pick: an event loop blocked that "
-                              "long?); the start counted for it here never ran", job_id, GRACE)
+                              "long?)", job_id, GRACE)
             await self._give_back(conn)
             return None
         return await self._deliver(conn, row)
@@ -480,13 +488,14 @@ class PgTransactionTransport:
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
-        job_id, attempt, max_attempts = int(row[0]), int(row[4]), int(row[5])
+        count = 0 if row[STALE] else 1  # the take counted the start, else the pick did
+        job_id, attempt, max_attempts = int(row[0]), int(row[4]) + count, int(row[5])
         if attempt > max_attempts:  # every earlier start's consumer died before settling it
             await self._bury(conn, job_id, attempt - 1)
             return None
-        delivery = row_to_delivery(row[:7], self._queue, self._limits)
+        delivery = row_to_delivery((*row[:4], attempt, *row[5:7]), self._queue, self._limits)
         delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined))
-        delivery.handle = Claim(conn, job_id, attempt)
+        delivery.handle = Claim(conn, job_id, attempt, count)
         return delivery
 
     async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:

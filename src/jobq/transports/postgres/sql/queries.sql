@@ -237,32 +237,23 @@ RETURNING j.id, j.status;
 -- (one round trip, see claims.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT).
 
 -- name: txn_pick
--- Pick up to %(limit)s jobs for the free workers and count their starts, committed at once:
--- a process that dies mid-job rolls the job's own transaction back, but not this count, so a
--- job that kills its process every time still uses up its attempts and ends dead (txn_bury)
--- instead of looping. The jobs stay pending; locked_until marks them picked for a moment
--- (%(grace)s s), ample for txn_take to lock each in its own transaction, and other
--- picks pass them over meanwhile. After that moment a job is free again even if its take
--- never came (the consumer died in between, or its event loop was blocked that long): that
--- start was counted, though the job never ran.
--- A sweep takes the jobs due (run_at <= %(until)s, or <= now() when until is NULL: a
--- consumer that runs on) in (run_at, id) order, past a cursor that moves over every job
--- picked. With --once, until is when the sweep began: a job that fails gets a run_at after
--- that, so it is not picked twice in one sweep, and the sweep ends: the classic
--- "id > $cursor" sweep, ordered the way jobs_pending_idx is, which the planner then uses for
--- any parameters. SKIP LOCKED: jobs running elsewhere are passed over, not waited for.
--- FOR NO KEY UPDATE does not block foreign keys that point at the job. Asynchronous commit
--- (as claim's): only a server crash can undo it, and that frees the jobs anyway.
--- RETURNING locked_until: the take matches it, so only this pick's take can take the job.
--- CTE "urgent" first takes the due jobs with a priority (migration 11, jobs_priority_idx:
--- empty in a queue that uses none), highest first, from the start whatever the cursor: a pick
--- that takes some takes only those, and they do not move the cursor (claims.Sweep: the
--- priority each row returns says where it came from).
+-- Pick up to %(limit)s jobs and mark them picked, committed at once. The jobs stay pending;
+-- locked_until marks them picked for a moment (%(grace)s s), ample for txn_take to lock each
+-- in its own transaction, and other picks pass them over meanwhile. After that moment a job
+-- is free again even if its take never came (the consumer died in between, or its event loop
+-- was blocked that long).
+-- Starts are counted in the job's own transaction (txn_take), so a consumer that dies costs
+-- the jobs it held no attempt: its transactions roll back, count included. Such a job comes
+-- back with its pick's mark still set (locked_until, stale: a take or a hand-back clears it),
+-- and its start is counted here, committed: a job that kills its process every time still
+-- uses up its attempts and ends dead (txn_bury) instead of looping, after one uncounted
+-- death (the first, which cannot be told from its neighbours', as in lease mode's rescue).
+-- RETURNING stale says which were counted here: the take counts the others.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
 urgent AS (
-    SELECT id, run_at, priority
+    SELECT id, run_at, priority, locked_until IS NOT NULL AS stale
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND priority > 0
        AND run_at <= coalesce(%(until)s, now())
@@ -272,7 +263,7 @@ urgent AS (
        FOR NO KEY UPDATE SKIP LOCKED
 ),
 next AS (
-    SELECT id, run_at, 0 AS priority
+    SELECT id, run_at, 0 AS priority, locked_until IS NOT NULL AS stale
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending'
        AND (run_at, id) > (%(after_run_at)s, %(after_id)s)
@@ -289,13 +280,13 @@ picked AS (
     SELECT * FROM next
 )
 UPDATE {jobs} AS j
-   SET attempts = j.attempts + 1,
+   SET attempts = j.attempts + picked.stale::int,
        locked_until = now() + make_interval(secs => %(grace)s),
        locked_by = %(worker)s
   FROM picked, async_commit
  WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
-          j.created_at, j.locked_until, picked.priority, picked.run_at;
+          j.created_at, j.locked_until, picked.stale, picked.priority, picked.run_at;
 
 -- name: txn_begin
 -- READ COMMITTED whatever the server default: txn_take must see what txn_pick committed.
@@ -311,18 +302,21 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- pick took the job since, this matches no row and never waits on that pick's take; the
 -- caller rolls back and moves on. Not SKIP LOCKED: a concurrent pick may hold the row for an
 -- instant (FOR UPDATE keeps the lock on a row it then finds picked already), and that must
--- not make this miss it.
+-- not make this miss it. %(count)s is 1 where the pick did not count the start (see txn_pick):
+-- counted here, it commits with the job's outcome and rolls back with a crash.
 UPDATE {jobs}
-   SET status = 'done', finished_at = now(), locked_until = NULL
+   SET status = 'done', finished_at = now(), locked_until = NULL,
+       attempts = attempts + %(count)s
  WHERE id = %(id)s AND status = 'pending' AND locked_by = %(worker)s
    AND locked_until = %(until)s;
 
 -- name: txn_unpick
--- Jobs picked or taken and then handed back unstarted (graceful shutdown, a take that failed),
--- after ROLLBACK: their starts do not count, and they are free for other consumers at once.
+-- Jobs picked or taken and then handed back unstarted (graceful shutdown, a take that failed,
+-- picked ahead and not asked for), after ROLLBACK: free for other consumers at once, their
+-- starts uncounted (%(counted)s: those whose pick counted theirs, see txn_pick).
 -- One with a cancel request (migration 10) ends cancelled, unrun.
 UPDATE {jobs} AS j
-   SET attempts = j.attempts - 1, locked_until = NULL,
+   SET attempts = j.attempts - (j.id = ANY(%(counted)s))::int, locked_until = NULL,
        status = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
                      THEN 'cancelled' ELSE 'pending' END,
        finished_at = CASE WHEN EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
@@ -340,7 +334,7 @@ ROLLBACK TO SAVEPOINT jobq_job;
 
 -- name: txn_fail
 -- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead (the
--- attempt was counted by txn_pick). The row never left this transaction's lock, so no other
+-- attempt was counted by txn_pick or txn_take, both before the savepoint). The row never left this transaction's lock, so no other
 -- claim could take the job between the failure and this record of it. clock_timestamp(), not
 -- now(): now() is when the transaction, and so the job, began; the delay runs from the failure.
 -- Status 'cancelled' (the operator's request, cancels_held, seen by the consumer) deletes the
@@ -370,7 +364,9 @@ COMMIT;
 -- ROLLBACK statement through job.context), or its COMMIT failed (a deferred constraint, the
 -- session ended by idle_in_transaction_session_timeout). Recorded as txn_fail would, in a
 -- transaction of its own (autocommit), and only on the row as this attempt left it: picked by
--- this consumer (locked_by) for this attempt (attempts; a pick since has counted another), in
+-- this consumer (locked_by) for this attempt (attempts: %(attempt)s where the handler
+-- committed the take's count, one less where %(count)s says the take counted it and it was
+-- rolled back; a pick since has counted another), in
 -- one of %(states)s: 'pending' where the job's transaction rolled back, 'done' too where the
 -- handler may have committed it, for failed work must not stay done. A COMMIT that failed
 -- with the link lost may have gone through: that row is done, and stays done. A cancel as
@@ -387,10 +383,11 @@ UPDATE {jobs} AS j
    SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
-       locked_until = NULL,
+       locked_until = NULL, attempts = %(attempt)s,
        finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
   FROM final
- WHERE j.id = %(id)s AND j.locked_by = %(worker)s AND j.attempts = %(attempt)s
+ WHERE j.id = %(id)s AND j.locked_by = %(worker)s
+   AND j.attempts IN (%(attempt)s, %(attempt)s - %(count)s)
    AND j.status = ANY(%(states)s::text[]);
 
 -- name: txn_bury
@@ -649,14 +646,16 @@ SELECT name, last_tick FROM {schedules} WHERE queue = %(queue)s;
 -- that meets it waits for nothing (SKIP LOCKED) but may pass the row over for that instant.
 
 -- name: job_show
-SELECT j.id, j.kind,
-       CASE WHEN j.status = 'pending' AND j.locked_by IS NOT NULL
-                 AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id FOR SHARE SKIP LOCKED)
-            THEN 'running' ELSE j.status END,
-       j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+-- A pending row that a transaction holds is running in transaction mode, on the attempt its
+-- take counts uncommitted (see jobs_running).
+SELECT j.id, j.kind, CASE WHEN h.held THEN 'running' ELSE j.status END,
+       j.payload::text, j.headers::text, j.attempts + h.held::int, j.max_attempts, j.last_error,
        j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
        EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
-  FROM {jobs} AS j
+  FROM {jobs} AS j,
+       LATERAL (SELECT j.status = 'pending' AND j.locked_by IS NOT NULL
+                       AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id
+                                         FOR SHARE SKIP LOCKED) AS held) AS h
  WHERE j.queue = %(queue)s AND j.id = %(id)s;
 
 -- name: jobs_pending
@@ -682,7 +681,9 @@ SELECT * FROM (
 -- Lease mode's running rows (jobs_running_queue_idx), then transaction mode's: pending rows a
 -- consumer picked whose row a transaction holds (see above), among the first 1,000 due ones a
 -- consumer ever picked, in hand-out order (jobs_pending_idx): running ones are among the first
--- due, and the probes (each held to the statement's end) stay few.
+-- due, and the probes (each held to the statement's end) stay few. Their attempts: the one
+-- running, which its take counts uncommitted (txn_pick), so one more than committed (one too
+-- many for the few a pick found abandoned by a dead consumer and counted itself).
 SELECT * FROM (
     (SELECT j.id, j.kind, 'running' AS state,
             j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
@@ -694,7 +695,7 @@ SELECT * FROM (
       LIMIT %(limit)s)
     UNION ALL
     (SELECT j.id, j.kind, 'running',
-            j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.last_error,
+            j.payload::text, j.headers::text, j.attempts + 1, j.max_attempts, j.last_error,
             j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
             EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
        FROM (SELECT id FROM {jobs}
