@@ -145,10 +145,10 @@ class PostgresConfig:
     # Seconds a PostgreSQL link may stay silent: every jobq statement's deadline, and (both
     # ends) the TCP keepalives and tcp_user_timeout. 0: min(10, lease / 2).
     network_timeout: float = 0.0
-    # Transaction mode: a pick also picks for the workers about to free up, counting their
-    # starts then; faster, but a consumer that dies charges those jobs an attempt they never
-    # ran (docs/claim-modes.md, "Picking ahead").
-    pick_ahead: bool = False
+    # Transaction mode: a pick also picks for the workers about to free up, kept for them up to
+    # 0.5 s and then handed back; other consumers pass those jobs over meanwhile
+    # (docs/claim-modes.md, "Picking ahead").
+    pick_ahead: bool = True
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     @property

@@ -1,6 +1,6 @@
 """Transaction mode with postgres.pick_ahead: one pick serves the next few workers to free up,
 and a job picked ahead that no worker asks for soon is handed back with its start uncounted.
-Off (the default), a pick picks only for the free workers.
+Off, a pick picks only for the free workers.
 
 Before, workers freed up one at a time once a drain was under way, so each pick took a single
 job: a statement and a commit per job on top of the job's own transaction.

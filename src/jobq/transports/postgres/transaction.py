@@ -57,7 +57,7 @@ NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"
 STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
-# Picking ahead (postgres.pick_ahead, off by default): a pick also picks the jobs the next
+# Picking ahead (postgres.pick_ahead, on by default): a pick also picks the jobs the next
 # workers to free up will want, as many as were taken in SPARES_HOLD seconds lately; one not
 # asked for within SPARE_FOR is handed back, well before its pick's moment (GRACE) lets other
 # picks take it.
