@@ -57,11 +57,17 @@ def test_commit_and_rollback_of_job_context_are_refused_naming_the_way(
 
 
 @pytest.mark.parametrize("fail", ["", "fail"])
+@pytest.mark.parametrize("abandoned", [False, True])
 def test_a_commit_statement_through_job_context_is_a_failure_never_done(
-        pg_dsn: str, schema: str, queue_name: str, fail: str) -> None:
+        pg_dsn: str, schema: str, queue_name: str, fail: str, abandoned: bool) -> None:
     # A COMMIT the proxy cannot see: the job's done mark is committed with the handler's write.
+    # Abandoned: the job comes back from a consumer that died running it, so its pick counts
+    # its start, not its take; the failure is recorded on the row all the same.
     target = effects_table(pg_dsn, schema)
     produce(schema, queue_name, 1, "--max-attempts", "2")
+    if abandoned:
+        fetch_none(pg_dsn, sql.SQL("UPDATE {} SET locked_until = now() - interval '1 second', "
+                                   "locked_by = 'gone:1:x'").format(table(schema)))
     env = {"JOBQ_RETRY__BASE_DELAY": "0"}
     args = ("-p", "tests.processors:end_transaction", "-a", f"table={target}",
             "-a", "how=execute", "-a", f"fail={fail}")

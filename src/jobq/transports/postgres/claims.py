@@ -59,8 +59,9 @@ class Claim:
 
     conn: Conn
     job_id: int
-    attempt: int  # this attempt's number (the row's attempts once counted): the fence of a later write
+    attempt: int  # this attempt's number: the row's attempts once the start is counted
     count: int  # 1 where the take counts the start (in the job's transaction), 0 where the pick did
+    until: datetime  # the pick's token (locked_until), which the row keeps until the job settles
     ended: tuple[str, ...] = ()  # once the transaction ended without jobq: states the row may be in
 
 

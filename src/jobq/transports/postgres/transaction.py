@@ -38,7 +38,7 @@ from jobq.job import Delivery
 from jobq.sizing import BufferSizer
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
-from jobq.transports.postgres.claims import GRACE, STALE, Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.postgres.claims import GRACE, PICKED, STALE, Claim, ClaimStatement, Conn, Row, Sweep
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.idle import idle_wait
@@ -296,12 +296,12 @@ class PgTransactionTransport:
         await self._give_back(claim.conn)  # its transaction is not the job's (or broken): another
         async with self._pool.connection() as conn:
             cur = await conn.execute(self._sql["txn_fail_apart"], {
-                **params, "worker": self._worker, "attempt": claim.attempt, "count": claim.count,
+                **params, "worker": self._worker, "attempt": claim.attempt, "until": claim.until,
                 "states": list(claim.ended)})
         if cur.rowcount == 0:
             self._log.warning("job %d: its failure was not recorded: the job is no longer as its "
-                              "attempt %d left it (its COMMIT went through after all, or another "
-                              "consumer picked it since)", claim.job_id, claim.attempt)
+                              "attempt %d left it (its COMMIT went through after all, or a pick "
+                              "took it since)", claim.job_id, claim.attempt)
 
     async def _unstart(self, claim: Claim) -> None:
         with translated("postgres release"):
@@ -438,6 +438,9 @@ class PgTransactionTransport:
         self._counted.update(int(row[0]) for row in rows if row[STALE])
         for row in rows:
             sweep.passed(row)
+        # Jobs found abandoned (their pick counted their starts) go to free workers first: a
+        # consumer that died holding one picked ahead would have it charged unrun.
+        rows.sort(key=lambda row: not row[STALE])
         rows, spares = rows[:room], rows[room:]
         self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
         if spares:
@@ -495,7 +498,7 @@ class PgTransactionTransport:
             return None
         delivery = row_to_delivery((*row[:4], attempt, *row[5:7]), self._queue, self._limits)
         delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined))
-        delivery.handle = Claim(conn, job_id, attempt, count)
+        delivery.handle = Claim(conn, job_id, attempt, count, row[PICKED])
         return delivery
 
     async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:

@@ -243,11 +243,12 @@ RETURNING j.id, j.status;
 -- is free again even if its take never came (the consumer died in between, or its event loop
 -- was blocked that long).
 -- Starts are counted in the job's own transaction (txn_take), so a consumer that dies costs
--- the jobs it held no attempt: its transactions roll back, count included. Such a job comes
--- back with its pick's mark still set (locked_until, stale: a take or a hand-back clears it),
--- and its start is counted here, committed: a job that kills its process every time still
--- uses up its attempts and ends dead (txn_bury) instead of looping, after one uncounted
--- death (the first, which cannot be told from its neighbours', as in lease mode's rescue).
+-- the jobs it held, fresh, no attempt: its transactions roll back, count included. Such a job
+-- comes back pending with its pick's mark still set (locked_until, stale: a failure or a
+-- hand-back clears it, and a done job is never picked), and its start is counted here,
+-- committed: a job that kills its process every time still uses up its attempts and ends dead
+-- (txn_bury) instead of looping, after one uncounted death (the first, which cannot be told
+-- from its neighbours', as in lease mode's rescue).
 -- RETURNING stale says which were counted here: the take counts the others.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
@@ -303,9 +304,11 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- caller rolls back and moves on. Not SKIP LOCKED: a concurrent pick may hold the row for an
 -- instant (FOR UPDATE keeps the lock on a row it then finds picked already), and that must
 -- not make this miss it. %(count)s is 1 where the pick did not count the start (see txn_pick):
--- counted here, it commits with the job's outcome and rolls back with a crash.
+-- counted here, it commits with the job's outcome and rolls back with a crash. locked_until
+-- stays: a done row is never picked, and txn_fail_apart knows the attempt's row by it (a
+-- failure, txn_fail, clears it, so a retried job is not taken for an abandoned one).
 UPDATE {jobs}
-   SET status = 'done', finished_at = now(), locked_until = NULL,
+   SET status = 'done', finished_at = now(),
        attempts = attempts + %(count)s
  WHERE id = %(id)s AND status = 'pending' AND locked_by = %(worker)s
    AND locked_until = %(until)s;
@@ -351,7 +354,7 @@ final AS (
 UPDATE {jobs} AS j
    SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
-       last_error = %(reason)s,
+       last_error = %(reason)s, locked_until = NULL,
        finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
   FROM final
  WHERE j.id = %(id)s;
@@ -363,10 +366,9 @@ COMMIT;
 -- The failure of a job whose transaction ended without jobq: the handler ended it (a COMMIT or
 -- ROLLBACK statement through job.context), or its COMMIT failed (a deferred constraint, the
 -- session ended by idle_in_transaction_session_timeout). Recorded as txn_fail would, in a
--- transaction of its own (autocommit), and only on the row as this attempt left it: picked by
--- this consumer (locked_by) for this attempt (attempts: %(attempt)s where the handler
--- committed the take's count, one less where %(count)s says the take counted it and it was
--- rolled back; a pick since has counted another), in
+-- transaction of its own (autocommit), and only on the row as this attempt left it: its
+-- pick's token (locked_by and locked_until, which the take keeps and any pick since, of this
+-- consumer too, replaces), in
 -- one of %(states)s: 'pending' where the job's transaction rolled back, 'done' too where the
 -- handler may have committed it, for failed work must not stay done. A COMMIT that failed
 -- with the link lost may have gone through: that row is done, and stays done. A cancel as
@@ -386,8 +388,7 @@ UPDATE {jobs} AS j
        locked_until = NULL, attempts = %(attempt)s,
        finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
   FROM final
- WHERE j.id = %(id)s AND j.locked_by = %(worker)s
-   AND j.attempts IN (%(attempt)s, %(attempt)s - %(count)s)
+ WHERE j.id = %(id)s AND j.locked_by = %(worker)s AND j.locked_until = %(until)s
    AND j.status = ANY(%(states)s::text[]);
 
 -- name: txn_bury
@@ -395,7 +396,7 @@ UPDATE {jobs} AS j
 -- that died mid-job (their transactions rolled back; only the picks' counts stayed): dead,
 -- unrun, with the attempts they used (this pick's start does not count).
 UPDATE {jobs}
-   SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int,
+   SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int, locked_until = NULL,
        last_error = 'the consumer died or lost its connection during each of its '
                     || %(attempts)s::int || ' attempts (transaction mode)'
  WHERE id = %(id)s;
@@ -647,7 +648,7 @@ SELECT name, last_tick FROM {schedules} WHERE queue = %(queue)s;
 
 -- name: job_show
 -- A pending row that a transaction holds is running in transaction mode, on the attempt its
--- take counts uncommitted (see jobs_running).
+-- take counts uncommitted (see jobs_running: one too many for a job found abandoned).
 SELECT j.id, j.kind, CASE WHEN h.held THEN 'running' ELSE j.status END,
        j.payload::text, j.headers::text, j.attempts + h.held::int, j.max_attempts, j.last_error,
        j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
@@ -728,8 +729,8 @@ SELECT j.id, j.kind, j.status, j.payload::text, j.headers::text, j.attempts, j.m
 -- A row a transaction holds this instant (a claim, a relay batch, a `jobq jobs` probe) is
 -- waited for, up to %(lock_wait)s (lock_timeout, for this statement only); one held longer
 -- is a transaction-mode job running now, which gets a request (cancel_request) instead. A
--- transaction-mode pick that counted the job's start but has not taken it yet finds it gone
--- and moves on.
+-- transaction-mode pick that picked the job but has not taken it yet finds it gone and moves
+-- on.
 WITH wait AS (
     SELECT set_config('lock_timeout', %(lock_wait)s, true)
 ),
