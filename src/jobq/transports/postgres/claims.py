@@ -122,7 +122,7 @@ class ClaimStatement:
 
     async def take(self, conn: Conn, row: Row) -> bool:
         """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours."""
-        job_id, until, count = int(row[0]), row[PICKED], 0 if row[STALE] else 1
+        job_id, until, count = int(row[0]), row[PICKED], take_count(row)
         while self._misses < MISSES:
             query = await self._query(conn)
             try:
@@ -158,6 +158,12 @@ class ClaimStatement:
         if self._misses == MISSES:
             self._log.warning("the prepared claim statements keep going missing (a pooler in "
                               "transaction mode?): claiming with plain statements from now on")
+
+
+def take_count(row: Row) -> int:
+    """What the take of ``row`` (txn_pick's) adds to the job's attempts: 1, or 0 where the pick
+    counted the start already (STALE: the job came back from a consumer that died)."""
+    return 0 if row[STALE] else 1
 
 
 def _numbered(statement: bytes, params: tuple[tuple[bytes, bytes], ...]) -> bytes:

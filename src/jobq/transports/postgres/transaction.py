@@ -38,7 +38,17 @@ from jobq.job import Delivery
 from jobq.sizing import BufferSizer
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
-from jobq.transports.postgres.claims import GRACE, PICKED, STALE, Claim, ClaimStatement, Conn, Row, Sweep
+from jobq.transports.postgres.claims import (
+    GRACE,
+    PICKED,
+    STALE,
+    Claim,
+    ClaimStatement,
+    Conn,
+    Row,
+    Sweep,
+    take_count,
+)
 from jobq.transports.postgres.connect import consumer_id, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.idle import idle_wait
@@ -97,8 +107,8 @@ class PgTransactionTransport:
         self._worker = consumer_id()
         self._claim = ClaimStatement(queries, self._log, self._worker)
         self._held: set[Conn] = set()  # connections whose transaction holds a claimed job
-        self._picked: set[int] = set()  # picked, not yet taken
-        self._counted: set[int] = set()  # those of them whose pick counted the start (STALE)
+        # Picked, not yet taken: job id -> whether its pick counted its start (STALE).
+        self._picked: dict[int, bool] = {}
         # Picked ahead for workers not yet free: (row, loop time of its pick), oldest first.
         self._spares: collections.deque[tuple[Row, float]] = collections.deque()
         self._spare_sizer = BufferSizer(0, concurrency, hold=SPARES_HOLD)
@@ -312,13 +322,13 @@ class PgTransactionTransport:
         await self._give_back(claim.conn)
 
     async def _unpick(self, ids: list[int]) -> None:
-        counted = [job_id for job_id in ids if job_id in self._counted]
+        counted = [job_id for job_id in ids if self._picked.get(job_id)]
         with translated("postgres release"):
             async with self._pool.connection() as conn:
                 await conn.execute(self._sql["txn_unpick"], {
                     "ids": ids, "counted": counted, "worker": self._worker})
-        self._picked.difference_update(ids)
-        self._counted.difference_update(counted)
+        for job_id in ids:
+            self._picked.pop(job_id, None)
 
     @contextlib.asynccontextmanager
     async def _settling(self, claim: Claim, what: str) -> AsyncIterator[None]:
@@ -434,8 +444,7 @@ class PgTransactionTransport:
             self._dry, self._width = True, 1
             await self._give_back(conn)
             return None
-        self._picked.update(int(row[0]) for row in rows)
-        self._counted.update(int(row[0]) for row in rows if row[STALE])
+        self._picked.update((int(row[0]), bool(row[STALE])) for row in rows)
         for row in rows:
             sweep.passed(row)
         # Jobs found abandoned (their pick counted their starts) go to free workers first: a
@@ -468,8 +477,7 @@ class PgTransactionTransport:
             if isinstance(exc, TransportError):
                 await self._untake([job_id], "a failed take")
             raise
-        self._picked.discard(job_id)
-        self._counted.discard(job_id)
+        self._picked.pop(job_id, None)
         self._takes += 1
         if not taken:  # picked again since (this take came after the pick's moment): theirs now
             self._log.warning("job %d was picked again before this consumer took it (its take "
@@ -491,7 +499,7 @@ class PgTransactionTransport:
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
-        count = 0 if row[STALE] else 1  # the take counted the start, else the pick did
+        count = take_count(row)
         job_id, attempt, max_attempts = int(row[0]), int(row[4]) + count, int(row[5])
         if attempt > max_attempts:  # every earlier start's consumer died before settling it
             await self._bury(conn, job_id, attempt - 1)

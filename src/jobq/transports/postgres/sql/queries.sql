@@ -337,8 +337,9 @@ ROLLBACK TO SAVEPOINT jobq_job;
 
 -- name: txn_fail
 -- After txn_undo, in the job's transaction, before COMMIT: retry at run_at, or dead (the
--- attempt was counted by txn_pick or txn_take, both before the savepoint). The row never left this transaction's lock, so no other
--- claim could take the job between the failure and this record of it. clock_timestamp(), not
+-- attempt was counted by txn_pick or txn_take, both before the savepoint). The row never left
+-- this transaction's lock, so no other claim could take the job between the failure and this
+-- record of it. clock_timestamp(), not
 -- now(): now() is when the transaction, and so the job, began; the delay runs from the failure.
 -- Status 'cancelled' (the operator's request, cancels_held, seen by the consumer) deletes the
 -- request with it; a retry of a job whose cancel was requested meanwhile ends cancelled too
@@ -368,11 +369,10 @@ COMMIT;
 -- session ended by idle_in_transaction_session_timeout). Recorded as txn_fail would, in a
 -- transaction of its own (autocommit), and only on the row as this attempt left it: its
 -- pick's token (locked_by and locked_until, which the take keeps and any pick since, of this
--- consumer too, replaces), in
--- one of %(states)s: 'pending' where the job's transaction rolled back, 'done' too where the
--- handler may have committed it, for failed work must not stay done. A COMMIT that failed
--- with the link lost may have gone through: that row is done, and stays done. A cancel as
--- in txn_fail.
+-- consumer too, replaces), in one of %(states)s: 'pending' where the job's transaction rolled
+-- back, 'done' too where the handler may have committed it, for failed work must not stay
+-- done. A COMMIT that failed with the link lost may have gone through: that row is done, and
+-- stays done. A cancel as in txn_fail.
 WITH request AS (
     DELETE FROM {cancels} WHERE job_id = %(id)s AND %(status)s::text = 'cancelled'
 ),
