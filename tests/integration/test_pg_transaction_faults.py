@@ -3,6 +3,8 @@ job that kills its consumer: each ends as a failure of its own, explained, never
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from pathlib import Path
 
@@ -10,8 +12,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from jobq import Job
+from jobq.config import load_settings
+from jobq.pool import WorkerPool
+from jobq.retry import RetryPolicy
 from jobq.transports.postgres.claims import GRACE
-from tests.conftest import fetch, pg_args, run_cli, schema_env
+from jobq.transports.postgres.connect import open_pool
+from jobq.transports.postgres.transaction import PgTransactionTransport
+from jobq.within import within
+from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env
 from tests.integration.test_pg_transaction import TXN, effects, effects_table, table
 from tests.integration.test_postgres import produce, status_counts
 from tests.processors import completions
@@ -141,3 +150,51 @@ def test_a_job_that_kills_its_consumer_ends_dead_alone_its_batch_mates_done(
     assert len(innocent) == 20
     assert all(r[1:3] == ("done", 1) for r in innocent), innocent  # one run each, no attempt spent
     assert len(completions(tmp_path)) == 20
+
+
+def test_many_failed_commits_each_give_their_connection_back_once(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    """A COMMIT that fails is recorded apart, on a connection of its own, after the job's went
+    back to the pool. Before, the settle then gave the job's connection back a second time, by
+    then held by another job: that job's transaction rolled back under it (retried as
+    TransactionOwned) or its connection closed mid-statement, and the drain hung."""
+    parents, children = table(schema, "parents"), table(schema, "children")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
+        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
+                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    produce(schema, queue_name, 600)
+    insert = sql.SQL("INSERT INTO {} VALUES (1)").format(children)
+
+    async def handler(job: Job) -> None:  # every fifth job's COMMIT fails (no parent 1)
+        if int(job.id) % 5 == 0:
+            await job.context.execute(insert)
+        await asyncio.sleep(0.001)
+
+    async def drain() -> int:
+        settings = load_settings(ROOT / "configs" / "postgres.yaml", {
+            "postgres.schema": schema, "postgres.claim": "transaction",
+            "consumer.concurrency": 8, "postgres.pick_ahead": False})
+        pool = await open_pool(settings.postgres.dsn, settings.connect, 10,
+                               logging.getLogger("test"), min_size=2,
+                               network_timeout=settings.postgres.network_deadline)
+        transport = PgTransactionTransport(pool, settings.postgres, settings.connect,
+                                           queue=queue_name, concurrency=8, once=True)
+        try:
+            await transport.open()
+            stats = await WorkerPool(transport, handler, RetryPolicy(base_delay=60.0, jitter=False),
+                                     concurrency=8, buffer_size=0, job_timeout=5.0,
+                                     shutdown_timeout=5.0, once=True).run()
+            await transport.close()
+        finally:
+            await pool.close()
+        return stats.ok
+
+    assert asyncio.run(within(drain(), 60.0)) == 480
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 480, "pending": 120}
+    rows = fetch(pg_dsn, sql.SQL("SELECT id %% 5 = 0, status, attempts, last_error FROM {}")
+                 .format(table(schema)))
+    for poisoned, status, attempts, error in rows:
+        assert (status, attempts) == (("pending", 1) if poisoned else ("done", 1)), error
+        assert not poisoned or "ForeignKeyViolation" in str(error), error
+    assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]

@@ -63,6 +63,7 @@ class Claim:
     count: int  # 1 where the take counts the start (in the job's transaction), 0 where the pick did
     until: datetime  # the pick's token (locked_until), which the row keeps until the job settles
     ended: tuple[str, ...] = ()  # once the transaction ended without jobq: states the row may be in
+    let_go: bool = False  # its connection given back to the pool
 
 
 class ClaimStatement:

@@ -303,7 +303,7 @@ class PgTransactionTransport:
 
     async def _fail_apart(self, claim: Claim, params: dict[str, Any]) -> None:
         """The failure of a job whose transaction ended without jobq, in a transaction of its own."""
-        await self._give_back(claim.conn)  # its transaction is not the job's (or broken): another
+        await self._let_go(claim)  # its transaction is not the job's (or broken): another
         async with self._pool.connection() as conn:
             cur = await conn.execute(self._sql["txn_fail_apart"], {
                 **params, "worker": self._worker, "attempt": claim.attempt, "until": claim.until,
@@ -319,7 +319,7 @@ class PgTransactionTransport:
             counted = [] if claim.count else [claim.job_id]
             await claim.conn.execute(self._sql["txn_unpick"], {
                 "ids": [claim.job_id], "counted": counted, "worker": self._worker})
-        await self._give_back(claim.conn)
+        await self._let_go(claim)
 
     async def _unpick(self, ids: list[int]) -> None:
         counted = [job_id for job_id in ids if self._picked.get(job_id)]
@@ -341,8 +341,15 @@ class PgTransactionTransport:
 
     async def _settled(self, claim: Claim) -> None:
         self._delivered -= 1
-        await self._give_back(claim.conn)
+        await self._let_go(claim)
         self._wake.set()  # a receive waiting for a free worker slot may go on
+
+    async def _let_go(self, claim: Claim) -> None:
+        """The job's connection back to the pool, once: given back, it may be another job's
+        before this claim's settle is over (a failure recorded apart gives it back early)."""
+        if not claim.let_go:
+            claim.let_go = True
+            await self._give_back(claim.conn)
 
     def _notify(self) -> None:
         """A NOTIFY for the queue (or the LISTEN connection is back): new jobs may be due."""
