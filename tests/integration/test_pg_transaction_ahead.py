@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -113,3 +114,112 @@ def test_jobs_picked_ahead_and_not_asked_for_are_handed_back_uncounted(
     done = fetch(pg_dsn, sql.SQL("SELECT DISTINCT attempts FROM {} WHERE status = 'done'")
                  .format(jobs(schema)))
     assert done == [(1,)]  # counted once, by the pick or by the take
+
+
+async def drain_counting_takes(schema: str, queue: str, handler: Any) -> tuple[Any, list[str]]:
+    """A --once drain by a WorkerPool; how each take went: "alone" (a round trip of its own),
+    "chained" (with an ack's COMMIT), "commit failed" or "take failed" (after its COMMIT)."""
+    transport, pool = await transaction_transport(schema, queue)
+    takes: list[str] = []
+    real = transport._claim.take
+
+    async def counted(conn: Any, row: Any, *, commit: bool = False) -> bool:
+        try:
+            taken = await real(conn, row, commit=commit)
+        except Exception:
+            takes.append("commit failed" if conn.info.transaction_status.name == "IDLE"
+                         else "take failed")
+            raise
+        takes.append("chained" if commit else "alone")
+        return taken
+
+    transport._claim.take = counted  # type: ignore[method-assign]
+    try:
+        await transport.open()
+        stats = await WorkerPool(transport, handler, RetryPolicy(base_delay=60.0, jitter=False),
+                                 concurrency=WORKERS, buffer_size=0, job_timeout=5.0,
+                                 shutdown_timeout=5.0, once=True).run()
+        await transport.close()
+    finally:
+        await pool.close()
+    return stats, takes
+
+
+def test_an_ack_takes_the_next_job_picked_ahead_in_its_commits_round_trip(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 600)
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(0.001)
+
+    stats, takes = asyncio.run(drain_counting_takes(schema, queue_name, handler))
+    assert stats.ok == 600
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 600}
+    assert fetch(pg_dsn, sql.SQL("SELECT DISTINCT attempts FROM {}").format(jobs(schema))) == [(1,)]
+    # Before: every take a round trip of its own, after the ack's COMMIT had its own.
+    assert takes.count("chained") > 600 / 2, takes.count("chained")
+
+
+def test_a_commit_that_fails_hands_the_job_taken_with_it_back_uncounted(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    parents, children = sql.Identifier(schema, "parents"), sql.Identifier(schema, "children")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
+        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
+                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    produce(schema, queue_name, 600)
+    insert = sql.SQL("INSERT INTO {} VALUES (1)").format(children)
+
+    async def handler(job: Job) -> None:  # every fifth job's COMMIT fails (no parent 1)
+        if int(job.id) % 5 == 0:
+            await job.context.execute(insert)
+        await asyncio.sleep(0.001)
+
+    stats, takes = asyncio.run(drain_counting_takes(schema, queue_name, handler))
+    assert stats.ok == 480
+    assert "commit failed" in takes, takes  # a take went with a COMMIT that failed
+    assert status_counts(pg_dsn, schema, queue_name) == {"done": 480, "pending": 120}
+    rows = fetch(pg_dsn, sql.SQL("SELECT id %% 5 = 0, status, attempts, last_error FROM {}")
+                 .format(jobs(schema)))
+    for poisoned, status, attempts, error in rows:
+        assert (status, attempts) == (("pending", 1) if poisoned else ("done", 1)), error
+        assert not poisoned or "ForeignKeyViolation" in str(error), error
+    assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
+
+
+def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    produce(schema, queue_name, 3000)
+
+    async def chain_after_deallocate() -> tuple[int, int, bool]:
+        transport, pool = await transaction_transport(schema, queue_name)
+        try:
+            await transport.open()
+            deliveries: list[Any] = []
+            while not (transport._spares and deliveries):  # settling until jobs are picked ahead
+                for delivery in deliveries:
+                    await transport.ack(delivery)
+                deliveries = await transport.receive(WORKERS, 1.0)
+            last, *others = deliveries
+            # As the next server connection behind a pooler would be (and not transactional).
+            await last.job.context.execute("DEALLOCATE ALL")
+            assert transport._spares  # so its ack takes one with its COMMIT
+            await transport.ack(last)
+            chained = [d for d in transport._ready if d.handle.conn is last.handle.conn]
+            misses = transport._claim._misses
+            for delivery in others:
+                await transport.ack(delivery)
+            while transport._ready:  # the job taken with the COMMIT, and any other
+                for delivery in await transport.receive(WORKERS, 1.0):
+                    await transport.ack(delivery)
+            await transport.close()
+        finally:
+            await pool.close()
+        return misses, len(chained), transport._claim.chains
+
+    misses, chained, chains = asyncio.run(chain_after_deallocate())
+    assert (misses, chained, chains) == (1, 1, True)  # prepared again; still chaining
+    counts = status_counts(pg_dsn, schema, queue_name)
+    assert set(counts) <= {"done", "pending"} and sum(counts.values()) == 3000
+    rows = fetch(pg_dsn, sql.SQL("SELECT DISTINCT status, attempts FROM {}").format(jobs(schema)))
+    assert set(rows) <= {("done", 1), ("pending", 0)}, rows

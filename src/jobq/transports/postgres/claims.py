@@ -7,7 +7,8 @@ job that kills its process every time still uses up its attempts. Then each job 
 transaction of its own: BEGIN, ``txn_take`` (which locks the row, marks it done and counts the
 start of a job its pick did not, all uncommitted) and the job's SAVEPOINT travel as one
 simple-protocol query that runs a statement prepared once per session under a name derived
-from its text, so the server parses nothing but that short line per job.
+from its text, so the server parses nothing but that short line per job. A take for the
+worker an ack frees goes with that ack's COMMIT, on the same connection (``commit=True``).
 
 Two things could take the prepared statements away, and both are handled:
 
@@ -63,7 +64,7 @@ class Claim:
     count: int  # 1 where the take counts the start (in the job's transaction), 0 where the pick did
     until: datetime  # the pick's token (locked_until), which the row keeps until the job settles
     ended: tuple[str, ...] = ()  # once the transaction ended without jobq: states the row may be in
-    let_go: bool = False  # its connection given back to the pool
+    let_go: bool = False  # its connection given back to the pool, or on to the next job
 
 
 class ClaimStatement:
@@ -76,6 +77,7 @@ class ClaimStatement:
         self._pick = queries["txn_pick"].as_bytes(None)
         self._take = queries["txn_take"].as_bytes(None)
         self._savepoint = queries["txn_savepoint"].as_bytes(None)
+        self._commit = queries["txn_commit"].as_bytes(None) + b"; "
         pick, take = _numbered(self._pick, PICK), _numbered(self._take, TAKE)
         digest = hashlib.sha256(pick + take).hexdigest()[:16].encode()
         pick_name, take_name = b"jobq_pick_" + digest, b"jobq_take_" + digest
@@ -121,21 +123,36 @@ class ClaimStatement:
                          str(job_id).encode(), b", ", sweep.until_literal(), b", ",
                          str(limit).encode(), self._pick_tail))
 
-    async def take(self, conn: Conn, row: Row) -> bool:
-        """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours."""
+    @property
+    def chains(self) -> bool:
+        """Whether a take can follow a COMMIT in its round trip (``take(commit=True)``): only
+        while the prepared statements are relied on."""
+        return self._misses < MISSES
+
+    async def take(self, conn: Conn, row: Row, *, commit: bool = False) -> bool:
+        """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours.
+
+        With ``commit``, the COMMIT of the job ``conn`` holds goes first, in the same round trip
+        (the server runs nothing after a statement that fails). If this raises, the transaction
+        status tells how far it got: INTRANS or INERROR, the COMMIT went through.
+        """
         job_id, until, count = int(row[0]), row[PICKED], take_count(row)
         while self._misses < MISSES:
             query = await self._query(conn)
+            line = b"".join((self._take_head, str(job_id).encode(), self._take_mid,
+                             until.isoformat().encode(), self._take_tails[count]))
             try:
-                await query.execute(b"".join((self._take_head, str(job_id).encode(), self._take_mid,
-                                              until.isoformat().encode(),
-                                              self._take_tails[count])))
+                await query.execute(self._commit + line if commit else line)
             except errors.InvalidSqlStatementName:
                 await conn.rollback()
                 self._missing(conn)
+                commit = False  # it went through: the server got as far as the EXECUTE
                 continue
-            query.nextset()
+            for _ in range(2 if commit else 1):  # to the EXECUTE's result
+                query.nextset()
             return query.rowcount == 1
+        if commit:
+            await conn.commit()
         params = {"id": job_id, "worker": self._worker, "until": until, "count": count}
         await conn.execute(self._begin)
         taken = await conn.execute(self._take, params)

@@ -5,7 +5,9 @@ Each job runs in the transaction that locked its row; the delivery carries that 
 takes the next jobs past the sweep's cursor, one per free worker, in a statement that commits
 at once (txn_pick). Each job is then taken in one round trip: BEGIN, lock it (marking it done
 and counting its start, still uncommitted), SAVEPOINT. Success is a bare COMMIT, so the
-handler's writes, the job's ``done`` and its attempt appear together. A failure rolls back to
+handler's writes, the job's ``done`` and its attempt appear together; with jobs picked ahead,
+the COMMIT carries the take of the next one on the same connection, for the worker it frees
+(one round trip a job, as the loop by hand has four). A failure rolls back to
 the savepoint and records itself in the same transaction; a crash rolls everything back, its
 count included, and frees the row once the server sees the connection gone (or, within two
 seconds of the pick, when those are over); the pick that finds the job so abandoned counts its
@@ -114,6 +116,7 @@ class PgTransactionTransport:
         self._spare_sizer = BufferSizer(0, concurrency, hold=SPARES_HOLD)
         self._spare_timer: asyncio.TimerHandle | None = None
         self._takes = 0  # jobs taken, the spares' sizer's rate
+        self._picking = 0  # picks under way
         self._claiming: set[asyncio.Task[Delivery | None]] = set()
         self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
         self._delivered = 0  # handed out and not yet settled
@@ -128,6 +131,8 @@ class PgTransactionTransport:
         self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
         self.buried = 0  # dead-lettered unrun: every attempt's consumer died before settling
+        self._paused = False  # no job is taken with an ack's COMMIT while paused or closing
+        self._closing = False
 
     @property
     def connected(self) -> bool:
@@ -172,6 +177,7 @@ class PgTransactionTransport:
 
     async def close(self) -> None:
         """Stop claiming and listening; roll back whatever is still held, free the connections."""
+        self._closing = True
         if self._claiming:  # let them finish (a round trip) so what they locked is handed back
             await asyncio.wait(self._claiming, timeout=self._connect.timeout)
         pending: list[asyncio.Task[Any]] = [*self._tasks, *self._claiming]
@@ -235,17 +241,74 @@ class PgTransactionTransport:
         claim: Claim = delivery.handle
         rejected = self._unfinished(claim)
         if rejected is None:
+            spare, passed_on = self._chained_spare(), False
             try:
-                await claim.conn.commit()  # txn_take marked it done already
+                if spare is None:
+                    await claim.conn.commit()  # txn_take marked it done already
+                else:
+                    passed_on = await self._commit_taking(claim, spare)
             except psycopg.Error as exc:
                 claim.ended = ("pending",)  # rolled back (or, the link lost, maybe committed)
                 rejected = CommitFailed(f"the job's COMMIT failed: {type(exc).__name__}: "
                                         f"{' '.join(str(exc).split())}")
             finally:
-                if rejected is None:
+                if rejected is None and not passed_on:
                     await self._settled(claim)
         if rejected is not None:
             raise SettleRejected(rejected)
+
+    def _chained_spare(self) -> Row | None:
+        """A job picked ahead for the worker this ack frees, to take with the COMMIT (or None)."""
+        self._drop_stale()
+        free = (self._slots - self._delivered + 1 - self._asked - len(self._claiming)
+                - len(self._ready))
+        if (not self._spares or free <= 0 or self._paused or self._closing
+                or self._error is not None or not self._claim.chains):
+            return None
+        row = self._spares.popleft()[0]
+        self._refill()
+        return row
+
+    def _refill(self) -> None:
+        """Once acks have taken half the jobs picked ahead, and no pick is under way, a pick
+        for more (only ahead): the next acks then find one to take with their COMMIT, not an
+        empty deque and a pick of their own."""
+        if (self._picking or self._dry or 2 * len(self._spares) > self._spare_sizer.size
+                or not self._cfg.pick_ahead):
+            return
+        self._asked -= 1  # the pick's task brings no job for a free worker
+        self._spawn(self._pick(0))
+
+    async def _commit_taking(self, claim: Claim, row: Row) -> bool:
+        """The job's COMMIT and the take of ``row`` on its connection, in one round trip: the
+        take's round trip, and the worker's trip through the pool and a receive, saved per job.
+        The taken job waits in ``_ready`` for the receive the freed worker makes next. Raises
+        the COMMIT's error only; a take that fails after it hands its job back. True if the
+        job is settled and its connection passed on (to the next job, or back to the pool)."""
+        conn = claim.conn
+        try:
+            taken = await self._claim.take(conn, row, commit=True)
+        except psycopg.Error as exc:
+            committed = conn.info.transaction_status in OPEN  # else it failed, or maybe did
+            self._log.debug("a take with a COMMIT failed (%s): %s", "after it" if committed
+                            else "with it", exc)
+            self._spawn(self._untake_one(row, "a failed take"))
+            if not committed:
+                raise
+            return False
+        self._delivered -= 1  # the job is settled; its connection holds the next from now on
+        claim.let_go = True
+        self._wake.set()
+        delivery = await self._taken(conn, row, taken)
+        if delivery is not None:
+            self._ready.append(delivery)
+            self._claim_done.set()
+        return True
+
+    async def _untake_one(self, row: Row, why: str) -> Delivery | None:
+        """``_untake`` of one job, as a claim task (which a --once drain and close() wait for)."""
+        await self._untake([int(row[0])], why)
+        return None
 
     def _unfinished(self, claim: Claim) -> JobqError | None:
         """Why the job's transaction cannot commit as the job's outcome, if it cannot."""
@@ -268,6 +331,7 @@ class PgTransactionTransport:
     async def set_paused(self, paused: bool) -> None:
         """Hand back the jobs picked ahead; a pick takes jobs only when the pool asks, and it
         does not while paused."""
+        self._paused = paused
         if paused and self._spares:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
@@ -432,9 +496,13 @@ class PgTransactionTransport:
             self._ready.append(delivery)
 
     async def _pick(self, room: int) -> Delivery | None:
-        """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks."""
+        """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks.
+        With ``room`` 0, a refill: only jobs picked ahead."""
         ahead = self._ahead()
+        self._picking += 1
         try:
+            if not room + ahead:
+                return None
             with translated("postgres claim"):
                 conn = await self._pool.getconn()
             self._held.add(conn)
@@ -447,6 +515,7 @@ class PgTransactionTransport:
                 raise
         finally:
             self._asked -= room - 1
+            self._picking -= 1
         if not rows:
             self._dry, self._width = True, 1
             await self._give_back(conn)
@@ -458,12 +527,16 @@ class PgTransactionTransport:
         # consumer that died holding one picked ahead would have it charged unrun.
         rows.sort(key=lambda row: not row[STALE])
         rows, spares = rows[:room], rows[room:]
-        self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
+        if room:
+            self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
         if spares:
             now = asyncio.get_running_loop().time()
             self._spares.extend((row, now) for row in spares)
             if self._spare_timer is None:
                 self._drop_stale()  # arms the timer
+        if not rows:  # a refill
+            await self._give_back(conn)
+            return None
         for row in rows[1:]:
             self._spawn(self._take(None, row))
         return await self._take(conn, rows[0])
@@ -484,6 +557,11 @@ class PgTransactionTransport:
             if isinstance(exc, TransportError):
                 await self._untake([job_id], "a failed take")
             raise
+        return await self._taken(conn, row, taken)
+
+    async def _taken(self, conn: Conn, row: Row, taken: bool) -> Delivery | None:
+        """After the take of ``row`` on ``conn``: its delivery, or None if it was no longer ours."""
+        job_id = int(row[0])
         self._picked.pop(job_id, None)
         self._takes += 1
         if not taken:  # picked again since (this take came after the pick's moment): theirs now

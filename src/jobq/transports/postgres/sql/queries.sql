@@ -234,7 +234,8 @@ RETURNING j.id, j.status;
 -- Transaction mode (transports/postgres/transaction.py): each worker runs its job inside the
 -- transaction that locked the job's row; the job's own writes commit with its status.
 -- Per batch of free workers: one txn_pick. Per job: txn_begin, txn_take and txn_savepoint
--- (one round trip, see claims.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT).
+-- (one round trip, see claims.py), the handler, then COMMIT (or txn_undo, txn_fail, COMMIT);
+-- a job picked ahead is taken in the round trip of the COMMIT that frees its worker.
 
 -- name: txn_pick
 -- Pick up to %(limit)s jobs and mark them picked, committed at once. The jobs stay pending;
