@@ -157,7 +157,7 @@ def test_an_ack_takes_the_next_job_picked_ahead_in_its_commits_round_trip(
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 600}
     assert fetch(pg_dsn, sql.SQL("SELECT DISTINCT attempts FROM {}").format(jobs(schema))) == [(1,)]
     # Before: every take a round trip of its own, after the ack's COMMIT had its own.
-    assert takes.count("chained") > 600 / 2, takes.count("chained")
+    assert takes.count("chained") > 600 / 4, takes.count("chained")  # 454 measured
 
 
 def test_a_commit_that_fails_hands_the_job_taken_with_it_back_uncounted(
@@ -191,7 +191,7 @@ def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
         pg_dsn: str, schema: str, queue_name: str) -> None:
     produce(schema, queue_name, 3000)
 
-    async def chain_after_deallocate() -> tuple[int, int, bool]:
+    async def chain_after_deallocate() -> tuple[str, int, int, bool]:
         transport, pool = await transaction_transport(schema, queue_name)
         try:
             await transport.open()
@@ -215,11 +215,14 @@ def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
             await transport.close()
         finally:
             await pool.close()
-        return misses, len(chained), transport._claim.chains
+        return last.job.id, misses, len(chained), transport._claim.chains
 
-    misses, chained, chains = asyncio.run(chain_after_deallocate())
+    job_id, misses, chained, chains = asyncio.run(chain_after_deallocate())
     assert (misses, chained, chains) == (1, 1, True)  # prepared again; still chaining
+    assert fetch(pg_dsn, sql.SQL("SELECT status, attempts FROM {} WHERE id = %s")
+                 .format(jobs(schema)), (int(job_id),)) == [("done", 1)]  # its COMMIT held
     counts = status_counts(pg_dsn, schema, queue_name)
     assert set(counts) <= {"done", "pending"} and sum(counts.values()) == 3000
     rows = fetch(pg_dsn, sql.SQL("SELECT DISTINCT status, attempts FROM {}").format(jobs(schema)))
     assert set(rows) <= {("done", 1), ("pending", 0)}, rows
+

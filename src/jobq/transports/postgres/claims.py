@@ -37,10 +37,12 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, sql
+from psycopg.pq import TransactionStatus
 
 from jobq.transports.postgres.sql import Queries
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)  # a transaction under way
 Row = tuple[Any, ...]
 PICK = ((b"%(queue)s", b"$1"), (b"%(after_run_at)s", b"$2"), (b"%(after_id)s", b"$3"),
         (b"%(until)s", b"$4"), (b"%(limit)s", b"$5"), (b"%(grace)s", b"$6"), (b"%(worker)s", b"$7"))
@@ -52,6 +54,10 @@ PICKED = 7  # txn_pick's row: the job's locked_until as the pick set it (the tak
 STALE = 8  # txn_pick's row: the job came back from a consumer that died; the pick counted it
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
+
+
+class TakeFailedAfterCommit(Exception):
+    """A take with a COMMIT: the COMMIT went through, the take after it failed."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -133,31 +139,39 @@ class ClaimStatement:
         """BEGIN, lock and mark the job ``row`` picked (txn_take), SAVEPOINT; False if no longer ours.
 
         With ``commit``, the COMMIT of the job ``conn`` holds goes first, in the same round trip
-        (the server runs nothing after a statement that fails). If this raises, the transaction
-        status tells how far it got: INTRANS or INERROR, the COMMIT went through.
+        (the server runs nothing after a statement that fails). A psycopg.Error then means the
+        COMMIT failed, or may have (the link lost); TakeFailedAfterCommit, that it went through
+        and the take after it failed.
         """
         job_id, until, count = int(row[0]), row[PICKED], take_count(row)
-        while self._misses < MISSES:
-            query = await self._query(conn)
-            line = b"".join((self._take_head, str(job_id).encode(), self._take_mid,
-                             until.isoformat().encode(), self._take_tails[count]))
-            try:
-                await query.execute(self._commit + line if commit else line)
-            except errors.InvalidSqlStatementName:
-                await conn.rollback()
-                self._missing(conn)
-                commit = False  # it went through: the server got as far as the EXECUTE
-                continue
-            for _ in range(2 if commit else 1):  # to the EXECUTE's result
-                query.nextset()
-            return query.rowcount == 1
-        if commit:
-            await conn.commit()
-        params = {"id": job_id, "worker": self._worker, "until": until, "count": count}
-        await conn.execute(self._begin)
-        taken = await conn.execute(self._take, params)
-        await conn.execute(self._savepoint)
-        return taken.rowcount == 1
+        committed = False  # with ``commit``: the COMMIT is known to have gone through
+        try:
+            while self._misses < MISSES:
+                query = await self._query(conn)
+                line = b"".join((self._take_head, str(job_id).encode(), self._take_mid,
+                                 until.isoformat().encode(), self._take_tails[count]))
+                try:
+                    await query.execute(self._commit + line if commit else line)
+                except errors.InvalidSqlStatementName:  # the server got as far as the EXECUTE
+                    await conn.rollback()
+                    self._missing(conn)
+                    committed, commit = committed or commit, False
+                    continue
+                for _ in range(2 if commit else 1):  # to the EXECUTE's result
+                    query.nextset()
+                return query.rowcount == 1
+            if commit:
+                await conn.commit()
+                committed, commit = True, False
+            params = {"id": job_id, "worker": self._worker, "until": until, "count": count}
+            await conn.execute(self._begin)
+            taken = await conn.execute(self._take, params)
+            await conn.execute(self._savepoint)
+            return taken.rowcount == 1
+        except psycopg.Error as exc:
+            if committed or (commit and conn.info.transaction_status in OPEN):
+                raise TakeFailedAfterCommit(f"{type(exc).__name__}: {exc}") from exc
+            raise
 
     async def _query(self, conn: Conn) -> psycopg.AsyncClientCursor[tuple[Any, ...]]:
         if conn not in self._prepared:

@@ -42,6 +42,7 @@ from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.claims import (
     GRACE,
+    OPEN,
     PICKED,
     STALE,
     Claim,
@@ -49,6 +50,7 @@ from jobq.transports.postgres.claims import (
     Conn,
     Row,
     Sweep,
+    TakeFailedAfterCommit,
     take_count,
 )
 from jobq.transports.postgres.connect import consumer_id, translated
@@ -63,7 +65,6 @@ from jobq.transports.postgres.text import storable
 from jobq.within import within
 
 Pool = AsyncConnectionPool[Conn]
-OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 # docs/security.md; queues: the pause watch; cancels: operators' requests (`jobq jobs cancel`)
 NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"}
 STATEMENTS = ("txn_bury", "txn_unpick", "txn_sweep_start", "txn_fail_apart")
@@ -241,18 +242,18 @@ class PgTransactionTransport:
         claim: Claim = delivery.handle
         rejected = self._unfinished(claim)
         if rejected is None:
-            spare, passed_on = self._chained_spare(), False
+            spare = self._chained_spare()
             try:
                 if spare is None:
                     await claim.conn.commit()  # txn_take marked it done already
                 else:
-                    passed_on = await self._commit_taking(claim, spare)
+                    await self._commit_taking(claim, spare)
             except psycopg.Error as exc:
                 claim.ended = ("pending",)  # rolled back (or, the link lost, maybe committed)
                 rejected = CommitFailed(f"the job's COMMIT failed: {type(exc).__name__}: "
                                         f"{' '.join(str(exc).split())}")
             finally:
-                if rejected is None and not passed_on:
+                if rejected is None and not claim.let_go:  # not passed on to the next job
                     await self._settled(claim)
         if rejected is not None:
             raise SettleRejected(rejected)
@@ -270,40 +271,44 @@ class PgTransactionTransport:
         return row
 
     def _refill(self) -> None:
-        """Once acks have taken half the jobs picked ahead, and no pick is under way, a pick
-        for more (only ahead): the next acks then find one to take with their COMMIT, not an
-        empty deque and a pick of their own."""
+        """Once the jobs picked ahead are down to half of what the picks would keep now, and
+        no pick is under way, a pick for more (only ahead): the next acks then find one to
+        take with their COMMIT, not an empty deque and a pick of their own."""
         if (self._picking or self._dry or 2 * len(self._spares) > self._spare_sizer.size
                 or not self._cfg.pick_ahead):
             return
         self._asked -= 1  # the pick's task brings no job for a free worker
-        self._spawn(self._pick(0))
+        self._spawn_pick(0)
 
-    async def _commit_taking(self, claim: Claim, row: Row) -> bool:
+    async def _commit_taking(self, claim: Claim, row: Row) -> None:
         """The job's COMMIT and the take of ``row`` on its connection, in one round trip: the
         take's round trip, and the worker's trip through the pool and a receive, saved per job.
-        The taken job waits in ``_ready`` for the receive the freed worker makes next. Raises
-        the COMMIT's error only; a take that fails after it hands its job back. True if the
-        job is settled and its connection passed on (to the next job, or back to the pool)."""
+        The taken job waits in ``_ready`` for the receive the freed worker makes next, and the
+        claim is let go (``let_go``) without giving its connection back. Raises the COMMIT's
+        error only (psycopg.Error); a take that fails after it hands its job back."""
         conn = claim.conn
         try:
             taken = await self._claim.take(conn, row, commit=True)
-        except psycopg.Error as exc:
-            committed = conn.info.transaction_status in OPEN  # else it failed, or maybe did
-            self._log.debug("a take with a COMMIT failed (%s): %s", "after it" if committed
-                            else "with it", exc)
+        except TakeFailedAfterCommit as exc:
+            self._log.debug("the take with job %d's COMMIT failed after it: %s", claim.job_id, exc)
             self._spawn(self._untake_one(row, "a failed take"))
-            if not committed:
-                raise
-            return False
-        self._delivered -= 1  # the job is settled; its connection holds the next from now on
-        claim.let_go = True
+            return
+        except psycopg.Error:
+            self._spawn(self._untake_one(row, "a take with a failed COMMIT"))
+            raise
+        claim.let_go = True  # its connection is the next job's from here on
+        self._delivered -= 1
         self._wake.set()
         delivery = await self._taken(conn, row, taken)
-        if delivery is not None:
-            self._ready.append(delivery)
-            self._claim_done.set()
-        return True
+        if delivery is None:
+            return
+        if self._paused or self._closing:  # since the round trip began: not held through it
+            with contextlib.suppress(TransportError):
+                await self._unstart(delivery.handle)
+            await self._let_go(delivery.handle)
+            return
+        self._ready.append(delivery)
+        self._claim_done.set()
 
     async def _untake_one(self, row: Row, why: str) -> Delivery | None:
         """``_untake`` of one job, as a claim task (which a --once drain and close() wait for)."""
@@ -329,10 +334,18 @@ class PgTransactionTransport:
         await self._fail(delivery.handle, "dead", 0.0, reason)
 
     async def set_paused(self, paused: bool) -> None:
-        """Hand back the jobs picked ahead; a pick takes jobs only when the pool asks, and it
-        does not while paused."""
+        """Hand back the jobs picked ahead, and those taken and not yet handed out (a take
+        with an ack's COMMIT, or one for a worker the pause keeps idle): a pick takes jobs
+        only when the pool asks, and it does not while paused."""
         self._paused = paused
-        if paused and self._spares:
+        if not paused:
+            return
+        ready, self._ready = self._ready, []
+        for delivery in ready:  # each holds a row lock and an open transaction
+            with contextlib.suppress(TransportError):
+                await self._unstart(delivery.handle)
+            await self._let_go(delivery.handle)
+        if self._spares:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
             await self._hand_back(rows)
@@ -437,6 +450,10 @@ class PgTransactionTransport:
             return
         self._wake.clear()  # news from now on is news to the pick started here
         self._asked += room - 1  # the pick's task counts as one of them while it runs
+        self._spawn_pick(room)
+
+    def _spawn_pick(self, room: int) -> None:
+        self._picking += 1  # from now: two acks in one loop turn must not both refill
         self._spawn(self._pick(room))
 
     def _take_spares(self, room: int) -> int:
@@ -499,7 +516,6 @@ class PgTransactionTransport:
         """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks.
         With ``room`` 0, a refill: only jobs picked ahead."""
         ahead = self._ahead()
-        self._picking += 1
         try:
             if not room + ahead:
                 return None
@@ -523,8 +539,9 @@ class PgTransactionTransport:
         self._picked.update((int(row[0]), bool(row[STALE])) for row in rows)
         for row in rows:
             sweep.passed(row)
-        # Jobs found abandoned (their pick counted their starts) go to free workers first: a
-        # consumer that died holding one picked ahead would have it charged unrun.
+        # Jobs found abandoned (their pick counted their starts) go to free workers first (in
+        # a refill, to the front of those picked ahead: the next ack takes them): a consumer
+        # that died holding one picked ahead would have it charged unrun.
         rows.sort(key=lambda row: not row[STALE])
         rows, spares = rows[:room], rows[room:]
         if room:
@@ -577,6 +594,8 @@ class PgTransactionTransport:
         picked ahead and not asked for), and sweep again from the start, since the cursor has
         moved past them (a --once sweep would end without them)."""
         self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
+        self._dry = False  # a pick that found nothing meanwhile passed over these
+        self._wake.set()
         try:
             await self._unpick(ids)
         except TransportError as exc:  # their pick's moment passes and frees them anyway
