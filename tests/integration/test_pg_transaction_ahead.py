@@ -12,7 +12,6 @@ import asyncio
 import logging
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -23,6 +22,11 @@ from jobq.retry import RetryPolicy
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import SPARE_FOR, PgTransactionTransport
 from tests.conftest import ROOT, fetch
+from tests.integration.test_pg_transaction_faults import (
+    deferred_children,
+    fifth_commits_fail,
+    fifth_commits_failed,
+)
 from tests.integration.test_postgres import jobs, produce, status_counts
 
 pytestmark = pytest.mark.integration
@@ -162,29 +166,13 @@ def test_an_ack_takes_the_next_job_picked_ahead_in_its_commits_round_trip(
 
 def test_a_commit_that_fails_hands_the_job_taken_with_it_back_uncounted(
         pg_dsn: str, schema: str, queue_name: str) -> None:
-    parents, children = sql.Identifier(schema, "parents"), sql.Identifier(schema, "children")
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
-        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
-                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    children = deferred_children(pg_dsn, schema)
     produce(schema, queue_name, 600)
-    insert = sql.SQL("INSERT INTO {} VALUES (1)").format(children)
-
-    async def handler(job: Job) -> None:  # every fifth job's COMMIT fails (no parent 1)
-        if int(job.id) % 5 == 0:
-            await job.context.execute(insert)
-        await asyncio.sleep(0.001)
-
-    stats, takes = asyncio.run(drain_counting_takes(schema, queue_name, handler))
+    stats, takes = asyncio.run(drain_counting_takes(schema, queue_name,
+                                                    fifth_commits_fail(children)))
     assert stats.ok == 480
     assert "commit failed" in takes, takes  # a take went with a COMMIT that failed
-    assert status_counts(pg_dsn, schema, queue_name) == {"done": 480, "pending": 120}
-    rows = fetch(pg_dsn, sql.SQL("SELECT id %% 5 = 0, status, attempts, last_error FROM {}")
-                 .format(jobs(schema)))
-    for poisoned, status, attempts, error in rows:
-        assert (status, attempts) == (("pending", 1) if poisoned else ("done", 1)), error
-        assert not poisoned or "ForeignKeyViolation" in str(error), error
-    assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
+    fifth_commits_failed(pg_dsn, schema, queue_name, children)
 
 
 def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(

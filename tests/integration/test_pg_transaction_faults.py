@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -47,6 +48,40 @@ def consume(queue: str, schema: str, *args: str, **env: str) -> str:
                      env=schema_env(schema, JOBQ_RETRY__JITTER="false", **env), timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stderr
+
+
+def deferred_children(dsn: str, schema: str) -> sql.Composed:
+    """Tables parents and children, whose foreign key is checked at COMMIT; children."""
+    parents, children = table(schema, "parents"), table(schema, "children")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
+        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
+                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    return children
+
+
+def fifth_commits_fail(children: sql.Composed) -> Callable[[Job], Awaitable[None]]:
+    """A handler whose job's COMMIT fails for every fifth job id (a child of no parent)."""
+    insert = sql.SQL("INSERT INTO {} VALUES (1)").format(children)
+
+    async def handler(job: Job) -> None:
+        if int(job.id) % 5 == 0:
+            await job.context.execute(insert)
+        await asyncio.sleep(0.001)
+
+    return handler
+
+
+def fifth_commits_failed(dsn: str, schema: str, queue: str, children: sql.Composed) -> None:
+    """After a drain of 600 jobs by ``fifth_commits_fail``: each failed job retried once with
+    its COMMIT's error, every other done at attempts 1, no child row left."""
+    assert status_counts(dsn, schema, queue) == {"done": 480, "pending": 120}
+    rows = fetch(dsn, sql.SQL("SELECT id %% 5 = 0, status, attempts, last_error FROM {}")
+                 .format(table(schema)))
+    for poisoned, status, attempts, error in rows:
+        assert (status, attempts) == (("pending", 1) if poisoned else ("done", 1)), error
+        assert not poisoned or "ForeignKeyViolation" in str(error), error
+    assert fetch(dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
 
 
 @pytest.mark.parametrize("fail", ["", "fail"])
@@ -96,11 +131,7 @@ def test_a_commit_statement_through_job_context_is_a_failure_never_done(
 @pytest.mark.parametrize("how", ["deferred", "idle", "swallowed"])
 def test_a_failed_commit_is_retried_with_backoff_then_dead_with_its_real_error(
         pg_dsn: str, schema: str, queue_name: str, how: str) -> None:
-    parents, children = table(schema, "parents"), table(schema, "children")
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
-        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
-                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    children = deferred_children(pg_dsn, schema)
     produce(schema, queue_name, 1, "--max-attempts", "3")
     args = ("-p", "tests.processors:fail_at_commit", "-a", f"how={how}",
             "-a", f"table={schema}.children")
@@ -158,18 +189,9 @@ def test_many_failed_commits_each_give_their_connection_back_once(
     back to the pool. Before, the settle then gave the job's connection back a second time, by
     then held by another job: that job's transaction rolled back under it (retried as
     TransactionOwned) or its connection closed mid-statement, and the drain hung."""
-    parents, children = table(schema, "parents"), table(schema, "children")
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY)").format(parents))
-        conn.execute(sql.SQL("CREATE TABLE {} (parent int REFERENCES {} "
-                             "DEFERRABLE INITIALLY DEFERRED)").format(children, parents))
+    children = deferred_children(pg_dsn, schema)
     produce(schema, queue_name, 600)
-    insert = sql.SQL("INSERT INTO {} VALUES (1)").format(children)
-
-    async def handler(job: Job) -> None:  # every fifth job's COMMIT fails (no parent 1)
-        if int(job.id) % 5 == 0:
-            await job.context.execute(insert)
-        await asyncio.sleep(0.001)
+    handler = fifth_commits_fail(children)
 
     async def drain() -> int:
         settings = load_settings(ROOT / "configs" / "postgres.yaml", {
@@ -191,10 +213,4 @@ def test_many_failed_commits_each_give_their_connection_back_once(
         return stats.ok
 
     assert asyncio.run(within(drain(), 60.0)) == 480
-    assert status_counts(pg_dsn, schema, queue_name) == {"done": 480, "pending": 120}
-    rows = fetch(pg_dsn, sql.SQL("SELECT id %% 5 = 0, status, attempts, last_error FROM {}")
-                 .format(table(schema)))
-    for poisoned, status, attempts, error in rows:
-        assert (status, attempts) == (("pending", 1) if poisoned else ("done", 1)), error
-        assert not poisoned or "ForeignKeyViolation" in str(error), error
-    assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
+    fifth_commits_failed(pg_dsn, schema, queue_name, children)
