@@ -291,10 +291,10 @@ class PgTransactionTransport:
             taken = await self._claim.take(conn, row, commit=True)
         except TakeFailedAfterCommit as exc:
             self._log.debug("the take with job %d's COMMIT failed after it: %s", claim.job_id, exc)
-            self._spawn(self._untake_one(row, "a failed take"))
+            self._spawn(self._hand_back([row], "a failed take"))
             return
         except psycopg.Error:
-            self._spawn(self._untake_one(row, "a take with a failed COMMIT"))
+            self._spawn(self._hand_back([row], "a take with a failed COMMIT"))
             raise
         claim.let_go = True  # its connection is the next job's from here on
         self._delivered -= 1
@@ -309,11 +309,6 @@ class PgTransactionTransport:
             return
         self._ready.append(delivery)
         self._claim_done.set()
-
-    async def _untake_one(self, row: Row, why: str) -> Delivery | None:
-        """``_untake`` of one job, as a claim task (which a --once drain and close() wait for)."""
-        await self._untake([int(row[0])], why)
-        return None
 
     def _unfinished(self, claim: Claim) -> JobqError | None:
         """Why the job's transaction cannot commit as the job's outcome, if it cannot."""
@@ -482,9 +477,11 @@ class PgTransactionTransport:
             self._spare_timer = loop.call_later(
                 self._spares[0][1] + SPARE_FOR - now + 0.01, self._drop_stale)
 
-    async def _hand_back(self, rows: list[Row]) -> Delivery | None:
-        """Jobs picked ahead and not asked for: free for others now (a claim task's result)."""
-        await self._untake([int(row[0]) for row in rows], "picked ahead, not asked for")
+    async def _hand_back(self, rows: list[Row], why: str = "picked ahead, not asked for"
+                         ) -> Delivery | None:
+        """``_untake`` of picked jobs, as a claim task (which a --once drain and close() wait
+        for): free for others now."""
+        await self._untake([int(row[0]) for row in rows], why)
         return None
 
     def _ahead(self) -> int:
