@@ -214,3 +214,97 @@ def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
     rows = fetch(pg_dsn, sql.SQL("SELECT DISTINCT status, attempts FROM {}").format(jobs(schema)))
     assert set(rows) <= {("done", 1), ("pending", 0)}, rows
 
+
+
+def pending_free(dsn: str, schema: str) -> list[tuple[object, ...]]:
+    """(status, attempts, picked) of every job, by id."""
+    return fetch(dsn, sql.SQL("SELECT status, attempts, locked_until IS NOT NULL FROM {} "
+                              "ORDER BY id").format(jobs(schema)))
+
+
+def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_them(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    """A pick that runs while a hand-back waits for its COMMIT finds the jobs still picked and
+    nothing else: the drain must still see them once they are free. Before, the hand-back
+    cleared "nothing left" before its COMMIT, the pick set it again, and the --once receive
+    that followed returned nothing with three jobs due."""
+    produce(schema, queue_name, 3)
+
+    async def hand_back_beside_a_pick() -> tuple[bool, int]:
+        transport, pool = await transaction_transport(schema, queue_name, pick_ahead=False)
+        try:
+            await transport.open()
+            async with pool.connection() as conn:  # picked by this consumer, as a take left them
+                rows = await transport._claim.pick(conn, transport._sweep, queue_name, 3)
+            ids = [int(row[0]) for row in rows]
+            transport._picked.update((job_id, False) for job_id in ids)
+            real, picked_meanwhile = transport._unpick, asyncio.Event()
+
+            async def late_unpick(job_ids: list[int]) -> None:
+                await picked_meanwhile.wait()  # the hand-back's COMMIT comes after the pick
+                await real(job_ids)
+
+            transport._unpick = late_unpick  # type: ignore[method-assign]
+            hand_back = asyncio.create_task(transport._untake(ids, "a failed take"))
+            await asyncio.sleep(0)
+            transport._picking += 1  # as _spawn_pick counts it
+            assert await transport._pick(1) is None  # they are still picked: nothing found
+            picked_meanwhile.set()
+            await hand_back
+            dry = transport._dry
+            transport._width = WORKERS  # as a drain under way asks (the empty pick reset it)
+            deliveries: list[Any] = []  # the --once drain's next asks, until one finds nothing
+            while got := await transport.receive(WORKERS, 0.0):
+                deliveries += got
+            for delivery in deliveries:
+                await transport.release(delivery)
+            await transport.close()
+        finally:
+            await pool.close()
+        return dry, len(deliveries)
+
+    assert asyncio.run(hand_back_beside_a_pick()) == (False, 3)
+    assert pending_free(pg_dsn, schema) == [("pending", 0, False)] * 3
+
+
+def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    """The pool pauses the transport right after a receive returns; the takes of that receive's
+    pick still under way must not hold their jobs (row lock, open transaction) through the
+    pause. Before, they landed among the jobs ready for a receive that never came."""
+    produce(schema, queue_name, 3)
+
+    async def pause_beside_takes() -> tuple[int, int, list[tuple[object, ...]]]:
+        transport, pool = await transaction_transport(schema, queue_name, pick_ahead=False)
+        real, gate, calls = transport._claim.take, asyncio.Event(), 0
+
+        async def gated(conn: Any, row: Any, **kwargs: Any) -> bool:
+            nonlocal calls
+            calls += 1
+            if calls > 1:  # the pick's first job is taken at once, the others wait
+                await gate.wait()
+            return await real(conn, row, **kwargs)
+
+        transport._claim.take = gated  # type: ignore[method-assign]
+        try:
+            await transport.open()
+            transport._width = WORKERS  # a pick for every free worker, as in a busy drain
+            handed = await transport.receive(WORKERS, 1.0)
+            await transport.set_paused(True)  # as WorkerPool._hold does next
+            gate.set()
+            await asyncio.wait(set(transport._claiming))
+            ready = len(transport._ready)
+            during = await asyncio.to_thread(pending_free, pg_dsn, schema)
+            for delivery in handed:
+                await transport.release(delivery)
+            await transport.close()
+        finally:
+            await pool.close()
+        return len(handed), ready, during
+
+    handed, ready, during = asyncio.run(pause_beside_takes())
+    assert (handed, ready) == (1, 0)
+    # The job handed out keeps its pick's mark (its take, uncommitted, is not seen); the two
+    # others are free for any consumer, unstarted, during the pause.
+    assert sorted(during) == [("pending", 0, False)] * 2 + [("pending", 0, True)]
+    assert pending_free(pg_dsn, schema) == [("pending", 0, False)] * 3

@@ -153,9 +153,9 @@ class ClaimStatement:
                 try:
                     await query.execute(self._commit + line if commit else line)
                 except errors.InvalidSqlStatementName:  # the server got as far as the EXECUTE
+                    committed, commit = committed or commit, False  # even if the rollback fails
                     await conn.rollback()
                     self._missing(conn)
-                    committed, commit = committed or commit, False
                     continue
                 for _ in range(2 if commit else 1):  # to the EXECUTE's result
                     query.nextset()

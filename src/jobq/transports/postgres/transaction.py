@@ -179,6 +179,7 @@ class PgTransactionTransport:
     async def close(self) -> None:
         """Stop claiming and listening; roll back whatever is still held, free the connections."""
         self._closing = True
+        self._drop_stale()  # disarms the spares' timer: no hand-back task starts behind the wait
         if self._claiming:  # let them finish (a round trip) so what they locked is handed back
             await asyncio.wait(self._claiming, timeout=self._connect.timeout)
         pending: list[asyncio.Task[Any]] = [*self._tasks, *self._claiming]
@@ -186,12 +187,9 @@ class PgTransactionTransport:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         self._tasks.clear()
-        if self._spare_timer is not None:
-            self._spare_timer.cancel()
         self._spares.clear()  # their jobs are in _picked, handed back below
         for delivery in self._ready:  # claimed but never handed out: the attempt does not count
-            with contextlib.suppress(TransportError):
-                await self._unstart(delivery.handle)
+            await self._put_back(delivery.handle)
         self._ready.clear()
         for conn in list(self._held):  # a forced stop left jobs running: roll them back
             await self._give_back(conn)
@@ -302,11 +300,6 @@ class PgTransactionTransport:
         delivery = await self._taken(conn, row, taken)
         if delivery is None:
             return
-        if self._paused or self._closing:  # since the round trip began: not held through it
-            with contextlib.suppress(TransportError):
-                await self._unstart(delivery.handle)
-            await self._let_go(delivery.handle)
-            return
         self._ready.append(delivery)
         self._claim_done.set()
 
@@ -337,9 +330,7 @@ class PgTransactionTransport:
             return
         ready, self._ready = self._ready, []
         for delivery in ready:  # each holds a row lock and an open transaction
-            with contextlib.suppress(TransportError):
-                await self._unstart(delivery.handle)
-            await self._let_go(delivery.handle)
+            await self._put_back(delivery.handle)
         if self._spares:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
@@ -467,6 +458,8 @@ class PgTransactionTransport:
         if self._spare_timer is not None:
             self._spare_timer.cancel()
             self._spare_timer = None
+        if self._closing:  # close() hands back every job picked, after its claim tasks end
+            return
         loop = asyncio.get_running_loop()
         now, stale = loop.time(), []
         while self._spares and now - self._spares[0][1] > SPARE_FOR:
@@ -584,19 +577,35 @@ class PgTransactionTransport:
                               "long?)", job_id, GRACE)
             await self._give_back(conn)
             return None
-        return await self._deliver(conn, row)
+        delivery = await self._deliver(conn, row)
+        if delivery is not None and (self._paused or self._closing):
+            # Paused or closing since its take began (set_paused and close() hand back only
+            # what is ready by then): not held through the pause, its start uncounted.
+            await self._put_back(delivery.handle)
+            return None
+        return delivery
+
+    async def _put_back(self, claim: Claim) -> None:
+        """A taken job that was never handed out, back to the queue unstarted."""
+        with contextlib.suppress(TransportError):
+            await self._unstart(claim)
+        await self._let_go(claim)
 
     async def _untake(self, ids: list[int], why: str) -> None:
         """Hand picked jobs back with their starts uncounted (a take failed, or they were
         picked ahead and not asked for), and sweep again from the start, since the cursor has
         moved past them (a --once sweep would end without them)."""
-        self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
-        self._dry = False  # a pick that found nothing meanwhile passed over these
-        self._wake.set()
         try:
             await self._unpick(ids)
         except TransportError as exc:  # their pick's moment passes and frees them anyway
             self._log.debug("could not hand back jobs %s (%s): %s", ids[:10], why, exc)
+        finally:
+            # Once they are free, not before: a pick that runs while the hand-back waits for its
+            # COMMIT skips them (still locked, still marked picked), finds nothing or moves the
+            # cursor past them, and a --once drain would end without them.
+            self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
+            self._dry = False
+            self._wake.set()
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
