@@ -13,21 +13,31 @@ import matplotlib.pyplot as plt
 from matplotlib import ticker
 
 Row = dict[str, Any]
-COLORS = {  # one colour per target, baselines in grey shades
+COLORS = {  # one colour per target, baselines in grey shades, peers in their own hues
     "postgres-lease": "#1f77b4", "postgres-transaction": "#6baed6", "raw-psycopg": "#7f7f7f",
-    "raw-psycopg-1": "#bdbdbd", "rabbitmq-quorum": "#ff7f0e", "rabbitmq-classic": "#fdae6b",
+    "raw-psycopg-one": "#bdbdbd", "rabbitmq-quorum": "#ff7f0e", "rabbitmq-classic": "#fdae6b",
     "raw-aio-pika": "#a6a6a6", "raw-aio-pika-classic": "#d0d0d0", "raw-pika": "#525252",
-    "raw-pika-classic": "#969696",
+    "raw-pika-classic": "#969696", "pgqueuer": "#2ca02c", "procrastinate": "#98df8a",
+    "dramatiq": "#9467bd", "celery": "#8c564b",
 }
+PEERS = frozenset({"pgqueuer", "procrastinate", "dramatiq", "celery"})  # dashed in line charts
+WIDE = 3e4  # a log axis spanning more than this ratio is labelled 1, 10, 100 ... only
 
 
 def _color(target: str) -> str:
     return COLORS.get(target, "#2ca02c")
 
 
+def _style(target: str) -> str:
+    return "--" if target in PEERS else "-"
+
+
 def _log_ms(axis: Any) -> None:
     """A log axis labelled 1, 2, 5, 10, 20, 50 ... (plain numbers, no minor labels)."""
-    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axes = axis.axes  # get_xlim/get_ylim apply any pending autoscale first
+    low, high = axes.get_xlim() if axis is axes.xaxis else axes.get_ylim()
+    subs = (1.0,) if low > 0 and high / low > WIDE else (1.0, 2.0, 5.0)
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(ticker.NullFormatter())
 
@@ -110,7 +120,7 @@ def latency_cdf(rows: Sequence[Row], path: Path) -> None:
             if points:
                 fractions = [i / (len(points) - 1) for i in range(len(points))]
                 ax.plot([max(p, 0.01) for p in points], fractions, label=r["target"],
-                        color=_color(r["target"]))
+                        color=_color(r["target"]), linestyle=_style(r["target"]))
         ax.set_xscale("log")
         _log_ms(ax.xaxis)
         ax.set_xlabel("ms, send to completion")
