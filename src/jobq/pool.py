@@ -30,6 +30,7 @@ from jobq.retry import RetryDecision, RetryPolicy
 from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
+from jobq.within import within
 
 _STOP = None  # the sentinel a worker reads as "no more work"
 # At shutdown, how long handing back the unstarted may take (at most shutdown_timeout).
@@ -491,7 +492,17 @@ class WorkerPool:
         return self._transport.drain_timeout if idle else min(self._poll_timeout, 0.05)
 
     async def _release_unstarted(self) -> None:
-        await self._release(self._unstarted(), "stopping")
+        """The pool's unstarted and what the transport took ahead, handed back side by side,
+        so within one RELEASE_TIMEOUT (the shutdown bound counts one)."""
+        await asyncio.gather(self._transport_stopping(),
+                             self._release(self._unstarted(), "stopping"))
+
+    async def _transport_stopping(self) -> None:
+        try:
+            await within(self._transport.stopping(), min(RELEASE_TIMEOUT, self._shutdown_timeout))
+        except (TransportError, TimeoutError) as exc:  # close() lets go of it in the end
+            self._log.warning("the transport could not hand back what it took ahead (%s)",
+                              describe(exc) if isinstance(exc, TransportError) else "timed out")
 
     def _unstarted(self) -> list[Delivery]:
         """Take every delivery received and not started out of the pool's hands."""

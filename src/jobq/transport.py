@@ -61,6 +61,14 @@ class Transport(Protocol):
         asked has nothing to do.
         """
 
+    async def stopping(self) -> None:
+        """The pool is stopping: it calls no ``receive`` again and waits for the running jobs.
+
+        A transport that takes jobs ahead of a receive (Postgres transaction mode: picked
+        ahead, or taken with an ack's COMMIT) hands them back now, attempt not counted, and
+        takes no more; the others have nothing to do (``close`` lets go of the rest).
+        """
+
     async def cancelled(self, running: Sequence[Delivery]) -> Sequence[Delivery]:
         """Those of ``running`` (started, not settled) that an operator cancelled
         (``jobq jobs cancel``). The pool asks about once a second while jobs run, cancels

@@ -308,3 +308,55 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
     # others are free for any consumer, unstarted, during the pause.
     assert sorted(during) == [("pending", 0, False)] * 2 + [("pending", 0, True)]
     assert pending_free(pg_dsn, schema) == [("pending", 0, False)] * 3
+
+
+def test_a_graceful_stop_hands_back_what_was_picked_ahead_while_the_running_finish(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    """SIGTERM's drain waits for the running jobs; the acks of those that finish meanwhile
+    must not take more jobs with their COMMITs, nor keep those picked ahead, for a receive
+    that will not come. Before, each such ack took a job picked ahead and held it, locked and
+    unstarted, until the consumer closed (7 of 8 workers' worth here)."""
+    produce(schema, queue_name, 2000)
+
+    async def stop_beside_a_long_job() -> tuple[int, int, int, int]:
+        transport, pool = await transaction_transport(schema, queue_name)
+        long_started = asyncio.Event()
+
+        async def handler(job: Job) -> None:
+            if not long_started.is_set():
+                long_started.set()
+                await asyncio.sleep(4.0)  # still running through the checks below
+            else:
+                await asyncio.sleep(0.002)
+
+        try:
+            await transport.open()
+            workers = WorkerPool(transport, handler, RetryPolicy(), concurrency=WORKERS,
+                                 buffer_size=0, job_timeout=5.0, shutdown_timeout=5.0)
+            running = asyncio.create_task(workers.run())
+            await long_started.wait()
+            ahead = 0
+            for _ in range(50):  # a drain under way: jobs picked ahead
+                ahead = max(ahead, len(transport._spares))
+                await asyncio.sleep(0.01)
+            workers.stop()
+            for _ in range(150):  # until the short jobs settled; the long one still runs
+                await asyncio.sleep(0.01)
+                if workers.in_flight == 1 and not transport._claiming:
+                    break
+            await asyncio.sleep(0.1)  # and a little more, for anything taken late
+            held = (len(transport._ready) + len(transport._spares), len(transport._held))
+            stats = await running
+            await transport.close()
+        finally:
+            await pool.close()
+        return ahead, *held, stats.ok
+
+    ahead, waiting, connections, ok = asyncio.run(stop_beside_a_long_job())
+    assert ahead > 0  # the drain picked ahead before the stop
+    assert (waiting, connections) == (0, 1)  # only the long job's transaction still open
+    counts = status_counts(pg_dsn, schema, queue_name)
+    assert counts == {"done": ok, "pending": 2000 - ok}
+    rows = fetch(pg_dsn, sql.SQL("SELECT status, attempts, locked_until IS NULL FROM {} "
+                                 "GROUP BY 1, 2, 3").format(jobs(schema)))
+    assert sorted(rows) == [("done", 1, False), ("pending", 0, True)]  # none charged, all free

@@ -119,6 +119,9 @@ class MemoryTransport:
         """Nothing is pushed here: only recorded, for tests."""
         self.calls.append(("paused" if paused else "resumed", ""))
 
+    async def stopping(self) -> None:
+        """Nothing to do: nothing is taken ahead here."""
+
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` whose entry has ``cancel_requested`` set."""
         return [d for d in running if d.handle.cancel_requested]

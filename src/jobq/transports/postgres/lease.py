@@ -212,6 +212,9 @@ class PostgresTransport:
     async def set_paused(self, paused: bool) -> None:
         """Nothing to do: a claim takes jobs only when the pool asks, and it does not while paused."""
 
+    async def stopping(self) -> None:
+        """Nothing to do: a claim takes jobs only when the pool asks (what it holds is the pool's)."""
+
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` with a cancel request (`jobq jobs cancel`): one probe per job of
         a table that is empty unless an operator just asked."""

@@ -328,13 +328,19 @@ class PgTransactionTransport:
         self._paused = paused
         if not paused:
             return
-        ready, self._ready = self._ready, []
-        for delivery in ready:  # each holds a row lock and an open transaction
-            await self._put_back(delivery.handle)
+        # Each holds a row lock and an open transaction. One at a time, so that close() still
+        # finds those left if a deadline cuts this short (the pool's, at a stop).
+        while self._ready:
+            await self._put_back(self._ready.pop().handle)
         if self._spares:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
             await self._hand_back(rows)
+
+    async def stopping(self) -> None:
+        """As a pause: what was picked ahead or taken for a receive that will not come goes back
+        now, and the acks of the jobs still running take no more with their COMMITs."""
+        await self.set_paused(True)
 
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` with a cancel request (`jobq jobs cancel`), asked on a pool
@@ -536,7 +542,9 @@ class PgTransactionTransport:
         rows, spares = rows[:room], rows[room:]
         if room:
             self._width = min(self._slots, self._width * 2) if len(rows) == room else len(rows)
-        if spares:
+        if spares and (self._paused or self._closing):  # since the pick began: none kept
+            self._spawn(self._hand_back(spares, "picked ahead as a pause or a stop began"))
+        elif spares:
             now = asyncio.get_running_loop().time()
             self._spares.extend((row, now) for row in spares)
             if self._spare_timer is None:

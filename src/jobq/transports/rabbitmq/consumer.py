@@ -217,6 +217,10 @@ class RabbitTransport:
             await self._give_back_quietly(self._arrived.popleft())
         session.holding = False
 
+    async def stopping(self) -> None:
+        """Nothing to do now: what arrived and was not handed out goes back with ``close``
+        (cancelling the consumer here would add a broker round trip to every shutdown)."""
+
     async def set_paused(self, paused: bool) -> None:
         """Paused: cancel the consumer and release what arrived (as at shutdown); resumed:
         consume again. Not a nack or a recover: either would count a delivery (a crash)."""
