@@ -25,7 +25,7 @@ WIDE = 3e4  # a log axis spanning more than this ratio is labelled 1, 10, 100 ..
 
 
 def _color(target: str) -> str:
-    return COLORS.get(target, "#2ca02c")
+    return COLORS.get(target, "#17becf")  # a target not listed: a hue no listed one uses
 
 
 def _style(target: str) -> str:

@@ -222,12 +222,15 @@ def pending_free(dsn: str, schema: str) -> list[tuple[object, ...]]:
                               "ORDER BY id").format(jobs(schema)))
 
 
+@pytest.mark.parametrize("answered_after", [False, True])
 def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_them(
-        pg_dsn: str, schema: str, queue_name: str) -> None:
+        pg_dsn: str, schema: str, queue_name: str, answered_after: bool) -> None:
     """A pick that runs while a hand-back waits for its COMMIT finds the jobs still picked and
     nothing else: the drain must still see them once they are free. Before, the hand-back
     cleared "nothing left" before its COMMIT, the pick set it again, and the --once receive
-    that followed returned nothing with three jobs due."""
+    that followed returned nothing with three jobs due. ``answered_after``: the pick's answer
+    comes back only after the hand-back is over (its look at the table came before), which a
+    review found the first fix missed."""
     produce(schema, queue_name, 3)
 
     async def hand_back_beside_a_pick() -> tuple[bool, int]:
@@ -246,9 +249,20 @@ def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_the
 
             transport._unpick = late_unpick  # type: ignore[method-assign]
             hand_back = asyncio.create_task(transport._untake(ids, "a failed take"))
+            real_pick = transport._claim.pick
+
+            async def pick_answered_after(*args: Any) -> list[Any]:
+                rows = await real_pick(*args)
+                picked_meanwhile.set()
+                await hand_back  # the answer reaches the consumer after the hand-back
+                return rows
+
+            if answered_after:
+                transport._claim.pick = pick_answered_after  # type: ignore[method-assign]
             await asyncio.sleep(0)
             transport._picking += 1  # as _spawn_pick counts it
             assert await transport._pick(1) is None  # they are still picked: nothing found
+            transport._claim.pick = real_pick  # type: ignore[method-assign]
             picked_meanwhile.set()
             await hand_back
             dry = transport._dry

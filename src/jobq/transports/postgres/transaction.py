@@ -328,10 +328,12 @@ class PgTransactionTransport:
         self._paused = paused
         if not paused:
             return
-        # Each holds a row lock and an open transaction. One at a time, so that close() still
-        # finds those left if a deadline cuts this short (the pool's, at a stop).
+        # Each holds a row lock and an open transaction. Each leaves _ready once put back, so
+        # that close() still finds it if a deadline cuts this short (the pool's, at a stop).
         while self._ready:
-            await self._put_back(self._ready.pop().handle)
+            delivery = self._ready[0]
+            await self._put_back(delivery.handle)
+            self._ready = [d for d in self._ready if d is not delivery]
         if self._spares:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
@@ -506,7 +508,10 @@ class PgTransactionTransport:
             self._log.debug("claim failed: %s", error)
             self._error = self._error or error  # the pool logs it and backs off
         elif (delivery := task.result()) is not None:
-            self._ready.append(delivery)
+            if self._paused and not self._closing:  # paused since its take's own check
+                self._spawn(self._put_back_unready(delivery))
+            else:  # (closing: close() puts back what is ready once its claims are over)
+                self._ready.append(delivery)
 
     async def _pick(self, room: int) -> Delivery | None:
         """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks.
@@ -529,7 +534,8 @@ class PgTransactionTransport:
             self._asked -= room - 1
             self._picking -= 1
         if not rows:
-            self._dry, self._width = True, 1
+            if sweep is self._sweep:  # a sweep begun since (a hand-back, a NOTIFY) is not dry
+                self._dry, self._width = True, 1
             await self._give_back(conn)
             return None
         self._picked.update((int(row[0]), bool(row[STALE])) for row in rows)
@@ -594,10 +600,26 @@ class PgTransactionTransport:
         return delivery
 
     async def _put_back(self, claim: Claim) -> None:
-        """A taken job that was never handed out, back to the queue unstarted."""
+        """A taken job that was never handed out, back to the queue unstarted, and the sweep
+        begun again (the cursor is past it). Once: a claim let go holds nothing of its own."""
+        if claim.let_go:
+            return
         with contextlib.suppress(TransportError):
             await self._unstart(claim)
         await self._let_go(claim)
+        self._sweep_again()
+
+    async def _put_back_unready(self, delivery: Delivery) -> Delivery | None:
+        """``_put_back`` as a claim task (which close() waits for)."""
+        await self._put_back(delivery.handle)
+        return None
+
+    def _sweep_again(self) -> None:
+        """The sweep from the start of the due jobs, and a pick woken: jobs handed back lie
+        behind the cursor (a --once sweep would end without them)."""
+        self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
+        self._dry = False
+        self._wake.set()
 
     async def _untake(self, ids: list[int], why: str) -> None:
         """Hand picked jobs back with their starts uncounted (a take failed, or they were
@@ -611,9 +633,7 @@ class PgTransactionTransport:
             # Once they are free, not before: a pick that runs while the hand-back waits for its
             # COMMIT skips them (still locked, still marked picked), finds nothing or moves the
             # cursor past them, and a --once drain would end without them.
-            self._sweep = Sweep(self._sweep.until, asyncio.get_running_loop().time())
-            self._dry = False
-            self._wake.set()
+            self._sweep_again()
 
     async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
         """The delivery of a taken job, or None if its attempts were all used up by crashes."""
