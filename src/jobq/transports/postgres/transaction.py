@@ -298,10 +298,9 @@ class PgTransactionTransport:
         self._delivered -= 1
         self._wake.set()
         delivery = await self._taken(conn, row, taken)
-        if delivery is None:
-            return
-        self._ready.append(delivery)
-        self._claim_done.set()
+        if delivery is not None:
+            self._hand_over(delivery)
+            self._claim_done.set()
 
     def _unfinished(self, claim: Claim) -> JobqError | None:
         """Why the job's transaction cannot commit as the job's outcome, if it cannot."""
@@ -508,10 +507,16 @@ class PgTransactionTransport:
             self._log.debug("claim failed: %s", error)
             self._error = self._error or error  # the pool logs it and backs off
         elif (delivery := task.result()) is not None:
-            if self._paused and not self._closing:  # paused since its take's own check
-                self._spawn(self._put_back_unready(delivery))
-            else:  # (closing: close() puts back what is ready once its claims are over)
-                self._ready.append(delivery)
+            self._hand_over(delivery)
+
+    def _hand_over(self, delivery: Delivery) -> None:
+        """A job just taken, to those ready for the next receive; put back instead if a pause
+        or a stop began since its take did (set_paused hands back only what is ready by then).
+        Closing, close() puts back what is ready once its claims are over."""
+        if self._paused and not self._closing:
+            self._spawn(self._put_back_unready(delivery))
+        else:
+            self._ready.append(delivery)
 
     async def _pick(self, room: int) -> Delivery | None:
         """Pick up to ``room`` jobs past the cursor; take the first here, the others in tasks.
@@ -591,13 +596,7 @@ class PgTransactionTransport:
                               "long?)", job_id, GRACE)
             await self._give_back(conn)
             return None
-        delivery = await self._deliver(conn, row)
-        if delivery is not None and (self._paused or self._closing):
-            # Paused or closing since its take began (set_paused and close() hand back only
-            # what is ready by then): not held through the pause, its start uncounted.
-            await self._put_back(delivery.handle)
-            return None
-        return delivery
+        return await self._deliver(conn, row)
 
     async def _put_back(self, claim: Claim) -> None:
         """A taken job that was never handed out, back to the queue unstarted, and the sweep
