@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from jobq.errors import describe
-from jobq.job import Delivery
+from jobq.job import RELEASE, Delivery
 from jobq.transport import Transport
 
 
@@ -19,7 +19,7 @@ async def release_all(transport: Transport, unstarted: Sequence[Delivery], *, li
     with the server gone, what is not handed back by then returns by itself (its lease
     expires, its channel closes), and the caller goes on.
     """
-    releases = [asyncio.ensure_future(transport.release(d)) for d in unstarted]
+    releases = [asyncio.ensure_future(transport.settle(d, RELEASE)) for d in unstarted]
     if not releases:
         return 0
     _, pending = await asyncio.wait(releases, timeout=limit)

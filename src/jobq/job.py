@@ -1,4 +1,4 @@
-"""The values that travel through jobq: Job, Delivery and Outcome."""
+"""The values that travel through jobq: Job, Delivery, Outcome and the worker's Decision."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,3 +63,54 @@ class Outcome(enum.Enum):
     DEAD = "dead"
     RELEASE = "released"
     CANCELLED = "cancelled"
+
+
+# What the worker decided for a delivery: the one value a transport's ``settle`` carries out.
+# Only the worker makes these (``pool._settle``); a transport reports facts about a delivery
+# (``Delivery.malformed``) and never builds one of its own.
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The job succeeded: remove it from the queue (may be batched)."""
+
+    outcome: ClassVar[Outcome] = Outcome.ACK
+    reason: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryIn:
+    """Run the job again, not before ``delay`` seconds from now; ``reason`` is kept with it."""
+
+    delay: float
+    reason: str
+    outcome: ClassVar[Outcome] = Outcome.RETRY
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """Park the job as dead, keeping ``reason`` beside it."""
+
+    reason: str
+    outcome: ClassVar[Outcome] = Outcome.DEAD
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """An operator cancelled the job (``jobq jobs cancel``): it ends so and never runs again."""
+
+    reason: str
+    outcome: ClassVar[Outcome] = Outcome.CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Received and never started: back to the queue, its attempt not counted."""
+
+    outcome: ClassVar[Outcome] = Outcome.RELEASE
+    reason: ClassVar[str] = ""
+
+
+Decision = Ack | RetryIn | Dead | Cancelled | Release
+ACK = Ack()
+RELEASE = Release()

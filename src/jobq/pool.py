@@ -23,10 +23,10 @@ from jobq.errors import (
     describe,
 )
 from jobq.handback import release_all
-from jobq.job import Delivery, Job, Outcome
+from jobq.job import ACK, Cancelled, Dead, Decision, Delivery, Job, Outcome, RetryIn
 from jobq.pausing import PauseWatch
 from jobq.processor import Handler
-from jobq.retry import RetryDecision, RetryPolicy
+from jobq.retry import RetryPolicy
 from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
@@ -657,49 +657,44 @@ class WorkerPool:
 
     async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float,
                       slot: int = -1) -> None:
-        """The one place that decides ack, retry or dead-letter."""
+        """The one place that decides a job's fate, as a value the transport carries out."""
         job = delivery.job
-        outcome = Outcome.ACK
-        reason = ""
+        decision: Decision = ACK if error is None else self._decide(error, job)
         try:
-            if error is None:
-                try:
-                    await self._transport.ack(delivery)
-                except SettleRejected as rejected:  # it failed after all: decided as a failure
-                    error = rejected.cause
-            if isinstance(error, JobCancelled):
-                outcome, reason = Outcome.CANCELLED, str(error)
-                await self._transport.cancel(delivery, reason)
-            elif error is not None:
+            try:
+                await self._transport.settle(delivery, decision)
+            except SettleRejected as rejected:  # it failed after all: decided as a failure
+                error = rejected.cause
                 decision = self._decide(error, job)
-                reason = decision.reason
-                if decision.retry:
-                    outcome = Outcome.RETRY
-                    await self._transport.retry(delivery, decision.delay, reason)
-                else:
-                    outcome = Outcome.DEAD
-                    await self._transport.dead_letter(delivery, reason)
+                await self._transport.settle(delivery, decision)
         except TransportError as exc:
             # At-least-once: the job was not settled, so the backend hands it out again.
             self.stats.settle_failures += 1
             self._log.error("could not settle job %s as %s (%s); it will be delivered again",
-                            job.id, outcome.value, describe(exc))
+                            job.id, decision.outcome.value, describe(exc))
         except Exception as exc:  # a bug below us: logged in full, and the worker lives on
             self.stats.settle_failures += 1
             self._log.error("settling job %s as %s failed unexpectedly (%s); it will be "
-                            "delivered again", job.id, outcome.value, describe(exc), exc_info=exc)
+                            "delivered again", job.id, decision.outcome.value, describe(exc),
+                            exc_info=exc)
         finally:
             self._holding[slot] = None
             self._outstanding -= 1
             self._settled.set()
             if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
                 self._room.set()
+        self._settled_as(decision, duration, error, job)
+
+    def _settled_as(self, decision: Decision, duration: float, error: BaseException | None,
+                    job: Job) -> None:
+        """Count, observe and log a decision the transport was asked to carry out."""
+        outcome = decision.outcome
         self._count(outcome)
         if self._observer is not None:
             self._observer.settled(outcome, duration, error, job)
         if outcome is not Outcome.ACK:
             self._log.warning("job %s attempt %d/%d %s in %.3fs: %s", job.id, job.attempt,
-                              job.max_attempts, outcome.value, duration, reason,
+                              job.max_attempts, outcome.value, duration, decision.reason,
                               extra={"job_id": job.id, "attempt": job.attempt,
                                      "outcome": outcome.value, "duration": duration})
         elif self._debug:
@@ -707,20 +702,22 @@ class WorkerPool:
                             extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
                                    "duration": duration})
 
-    def _decide(self, error: BaseException, job: Job) -> RetryDecision:
-        """The policy's decision; if deciding fails, retry with backoff (or dead when spent)."""
+    def _decide(self, error: BaseException, job: Job) -> RetryIn | Dead | Cancelled:
+        """An operator's cancel, else the policy's decision; if deciding fails, retry with
+        backoff (or dead when the attempts are spent)."""
+        if isinstance(error, JobCancelled):
+            return Cancelled(str(error))
         try:
             return self._policy.decide(error, job)
         except Exception as exc:
             failed = f"{describe(error)} (the retry decision failed: {describe(exc)};"
             if job.last_attempt:
-                return RetryDecision(False, 0.0, f"{failed} gave up after {job.attempt} of "
-                                                 f"{job.max_attempts} attempts)")
+                return Dead(f"{failed} gave up after {job.attempt} of {job.max_attempts} attempts)")
             try:
                 delay = self._policy.backoff(job.attempt)
             except Exception:
                 delay = STALL_MARGIN
-            return RetryDecision(True, delay, f"{failed} retried with backoff)")
+            return RetryIn(delay, f"{failed} retried with backoff)")
 
     def _count(self, outcome: Outcome) -> None:
         stats = self.stats

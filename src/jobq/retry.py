@@ -8,16 +8,7 @@ from dataclasses import dataclass
 
 from jobq.backoff import Backoff
 from jobq.errors import MalformedJob, PermanentError, Retry, describe
-from jobq.job import Job
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDecision:
-    """``retry`` with ``delay`` seconds, or dead-letter; ``reason`` is kept with the job."""
-
-    retry: bool
-    delay: float
-    reason: str
+from jobq.job import Dead, Job, RetryIn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,15 +25,13 @@ class RetryPolicy:
         return Backoff(base=self.base_delay, cap=self.max_delay, jitter=self.jitter,
                        rand=self.rand).delay(attempt)
 
-    def decide(self, error: BaseException, job: Job) -> RetryDecision:
+    def decide(self, error: BaseException, job: Job) -> RetryIn | Dead:
         """Decide the outcome of ``job`` failing with ``error``."""
         reason = describe(error)
         if isinstance(error, PermanentError | MalformedJob):
-            return RetryDecision(False, 0.0, reason)
+            return Dead(reason)
         if job.last_attempt:
-            return RetryDecision(
-                False, 0.0, f"{reason} (gave up after {job.attempt} of {job.max_attempts} attempts)"
-            )
+            return Dead(f"{reason} (gave up after {job.attempt} of {job.max_attempts} attempts)")
         if isinstance(error, Retry) and error.delay is not None:
-            return RetryDecision(True, max(0.0, min(float(error.delay), self.max_delay)), reason)
-        return RetryDecision(True, self.backoff(job.attempt), reason)
+            return RetryIn(max(0.0, min(float(error.delay), self.max_delay)), reason)
+        return RetryIn(self.backoff(job.attempt), reason)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from jobq.job import Delivery
+from jobq.job import Decision, Delivery
 
 
 class Transport(Protocol):
@@ -35,23 +35,19 @@ class Transport(Protocol):
         already taken from the backend must go back to it (not counted as an attempt).
         """
 
-    async def ack(self, delivery: Delivery) -> None:
-        """The job succeeded: remove it from the queue (may be batched).
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        """Carry out the worker's ``decision`` for ``delivery``, exactly once.
 
-        Raises SettleRejected when the backend finds that the job failed after all (Postgres
-        transaction mode: its transaction could not commit, or the handler ended it). The
-        delivery is then still unsettled, and the caller must settle it with ``retry`` or
-        ``dead_letter`` as for a handler that raised ``SettleRejected.cause``.
+        ``Ack``: remove the job (may be batched). ``RetryIn``: run it again, not before
+        ``delay`` seconds from now. ``Dead``: park it as dead with its reason. ``Cancelled``: an
+        operator cancelled it; it ends so and never runs again. ``Release``: it was received
+        and never started; back to the queue, its attempt not counted.
+
+        An ``Ack`` raises SettleRejected when the backend finds that the job failed after all
+        (Postgres transaction mode: its transaction could not commit, or the handler ended it).
+        The delivery is then still unsettled, and the caller settles it again with the
+        decision for a handler that raised ``SettleRejected.cause``.
         """
-
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
-        """Run the job again, not before ``delay`` seconds from now."""
-
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
-        """Park the job as dead, keeping ``reason`` beside it."""
-
-    async def release(self, delivery: Delivery) -> None:
-        """Hand back a job that was received but never started; its attempt does not count."""
 
     async def set_paused(self, paused: bool) -> None:
         """The queue was paused (True) or resumed (False); the pool calls no ``receive`` meanwhile.
@@ -72,10 +68,7 @@ class Transport(Protocol):
     async def cancelled(self, running: Sequence[Delivery]) -> Sequence[Delivery]:
         """Those of ``running`` (started, not settled) that an operator cancelled
         (``jobq jobs cancel``). The pool asks about once a second while jobs run, cancels
-        those handlers at their next await and settles them with ``cancel``."""
-
-    async def cancel(self, delivery: Delivery, reason: str) -> None:
-        """Settle a job an operator cancelled: it ends as cancelled and never runs again."""
+        those handlers at their next await and settles them ``Cancelled``."""
 
     @property
     def connected(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from psycopg import sql
 
 from jobq.config import ConnectConfig, PostgresConfig, load_settings
+from jobq.job import Ack, Dead, RetryIn
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.lease import PostgresTransport
 from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env, start_cli, wait_until
@@ -108,8 +109,8 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
         [new] = await t.receive(1, 2)
         # Its consumer's only job: the lost lease counts against it, and it now runs alone.
         assert (int(new.job.id), new.job.attempt, new.isolate) == (job_id, 2, True)
-        await t.dead_letter(old, "PermanentError: from the stale delivery")
-        await t.ack(old)
+        await t.settle(old, Dead("PermanentError: from the stale delivery"))
+        await t.settle(old, Ack())
         await asyncio.sleep(0.1)  # the ack flush
         _, status, attempts, error, locked_by, _ = rows(pg_dsn, schema, queue_name)[job_id]
         assert (status, attempts) == ("running", 2) and locked_by
@@ -117,7 +118,7 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
         # The new claim is still heartbeated after the stale settles: alive past its lease.
         await asyncio.sleep(2.5)
         assert rows(pg_dsn, schema, queue_name)[job_id][5] is True
-        await t.ack(new)
+        await t.settle(new, Ack())
         await asyncio.sleep(0.1)
         assert rows(pg_dsn, schema, queue_name)[job_id][1:3] == ("done", 2)
     finally:
@@ -134,8 +135,8 @@ async def test_a_nul_or_a_lone_surrogate_in_a_reason_is_stored_without_it(
     try:
         await t.open()
         first, second = await t.receive(2, 2)
-        await t.retry(first, 30.0, "ValueError: a\x00b")
-        await t.dead_letter(second, "OSError: /in/\udcff.csv\x00")
+        await t.settle(first, RetryIn(30.0, "ValueError: a\x00b"))
+        await t.settle(second, Dead("OSError: /in/\udcff.csv\x00"))
     finally:
         await t.close()
         await pool.close()

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from jobq import Job
 from jobq.config import load_settings
+from jobq.job import Ack, Release
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.postgres.connect import open_pool
@@ -97,7 +98,7 @@ def test_jobs_picked_ahead_and_not_asked_for_are_handed_back_uncounted(
             until, most = loop.time() + 0.6, 0
             while loop.time() < until:  # eight workers settling as fast as jobs come
                 for delivery in await transport.receive(WORKERS, 1.0):
-                    await transport.ack(delivery)
+                    await transport.settle(delivery, Ack())
                 most = max(most, len(transport._spares))
             await asyncio.sleep(SPARE_FOR + 0.5)  # then nobody asks for more
             left = len(transport._spares)
@@ -186,20 +187,20 @@ def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
             deliveries: list[Any] = []
             while not (transport._spares and deliveries):  # settling until jobs are picked ahead
                 for delivery in deliveries:
-                    await transport.ack(delivery)
+                    await transport.settle(delivery, Ack())
                 deliveries = await transport.receive(WORKERS, 1.0)
             last, *others = deliveries
             # As the next server connection behind a pooler would be (and not transactional).
             await last.job.context.execute("DEALLOCATE ALL")
             assert transport._spares  # so its ack takes one with its COMMIT
-            await transport.ack(last)
+            await transport.settle(last, Ack())
             chained = [d for d in transport._ready if d.handle.conn is last.handle.conn]
             misses = transport._claim._misses
             for delivery in others:
-                await transport.ack(delivery)
+                await transport.settle(delivery, Ack())
             while transport._ready:  # the job taken with the COMMIT, and any other
                 for delivery in await transport.receive(WORKERS, 1.0):
-                    await transport.ack(delivery)
+                    await transport.settle(delivery, Ack())
             await transport.close()
         finally:
             await pool.close()
@@ -271,7 +272,7 @@ def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_the
             while got := await transport.receive(WORKERS, 0.0):
                 deliveries += got
             for delivery in deliveries:
-                await transport.release(delivery)
+                await transport.settle(delivery, Release())
             await transport.close()
         finally:
             await pool.close()
@@ -310,7 +311,7 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
             ready = len(transport._ready)
             during = await asyncio.to_thread(pending_free, pg_dsn, schema)
             for delivery in handed:
-                await transport.release(delivery)
+                await transport.settle(delivery, Release())
             await transport.close()
         finally:
             await pool.close()

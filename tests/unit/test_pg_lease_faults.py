@@ -15,7 +15,7 @@ import pytest
 
 from jobq.config import ConnectConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError
-from jobq.job import Delivery, Job
+from jobq.job import Ack, Dead, Delivery, Job, RetryIn
 from jobq.transports.postgres.lease import PostgresTransport
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -72,9 +72,9 @@ async def test_a_job_whose_settle_failed_is_no_longer_heartbeated(settle: str) -
         assert [d.handle[0] for d in got] == [1, 2]
         with pytest.raises(TransportError):
             if settle == "retry":
-                await t.retry(got[0], 1.0, "ValueError: boom")
+                await t.settle(got[0], RetryIn(1.0, "ValueError: boom"))
             else:
-                await t.dead_letter(got[0], "PermanentError: no")
+                await t.settle(got[0], Dead("PermanentError: no"))
         server.calls.clear()
         await asyncio.sleep(0.3)
         beats = server.ids_of("heartbeat")
@@ -91,7 +91,7 @@ async def test_a_failed_ack_flush_is_retried_without_waiting_for_another_ack() -
     await t.open()
     try:
         (job,) = await t.receive(1, 0.1)
-        await t.ack(job)
+        await t.settle(job, Ack())
         await asyncio.sleep(0.5)  # no further ack arrives: an idle consumer
         acks = server.ids_of("ack")
         assert acks == [[1], [1], [1]]  # failed twice, then written
@@ -109,7 +109,7 @@ async def test_a_full_ack_batch_that_fails_to_flush_is_not_reported_as_a_failed_
     try:
         jobs = await t.receive(2, 0.1)
         for job in jobs:
-            await t.ack(job)  # the second one flushes inline, fails, and must not raise
+            await t.settle(job, Ack())  # the second one flushes inline, fails, and must not raise
         await asyncio.sleep(0.3)
         assert server.ids_of("ack")[-1] == [1, 2]
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from jobq import Job
-from jobq.job import Delivery
+from jobq.job import RELEASE, Delivery
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
@@ -181,7 +181,7 @@ class ClaimThenCancelled(MemoryTransport):
                 self.cancels += 1
                 raise
             for delivery in batch:
-                await super().release(delivery)
+                await super().settle(delivery, RELEASE)
             raise
         return batch
 

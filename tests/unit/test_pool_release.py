@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from jobq import Job
-from jobq.job import Delivery
+from jobq.job import Decision, Delivery, Release
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
@@ -21,12 +21,15 @@ class SlowRelease(MemoryTransport):
         self.delay = delay
         self.concurrent = self.peak = 0
 
-    async def release(self, delivery: Delivery) -> None:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        if not isinstance(decision, Release):
+            await super().settle(delivery, decision)
+            return
         self.concurrent += 1
         self.peak = max(self.peak, self.concurrent)
         try:
             await asyncio.sleep(self.delay)
-            await super().release(delivery)
+            await super().settle(delivery, decision)
         finally:
             self.concurrent -= 1
 

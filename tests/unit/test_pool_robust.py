@@ -16,22 +16,18 @@ import pytest
 
 from jobq import Job, Retry
 from jobq.errors import MAX_REASON, describe
-from jobq.job import Delivery, Outcome
+from jobq.job import Ack, Dead, Decision, Delivery, Outcome, RetryIn
 from jobq.pool import WorkerPool
-from jobq.retry import RetryDecision, RetryPolicy
+from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
 
 
 class DriverLikeTransport(MemoryTransport):
     """Refuses a reason the way the real drivers do: not UTF-8-encodable, or holding NUL."""
 
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
-        self._check(reason)
-        await super().retry(delivery, delay, reason)
-
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
-        self._check(reason)
-        await super().dead_letter(delivery, reason)
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        self._check(decision.reason)
+        await super().settle(delivery, decision)
 
     @staticmethod
     def _check(reason: str) -> None:
@@ -100,7 +96,7 @@ async def test_a_wrong_typed_retry_delay_falls_back_to_the_backoff() -> None:
 class BrokenPolicy(RetryPolicy):
     """A policy whose decision always raises."""
 
-    def decide(self, error: BaseException, job: Job) -> RetryDecision:
+    def decide(self, error: BaseException, job: Job) -> RetryIn | Dead:
         raise RuntimeError("decide is broken")
 
 
@@ -118,10 +114,10 @@ async def test_a_failing_decision_retries_with_backoff_then_gives_up_when_attemp
 class AckBug(MemoryTransport):
     """An ack that fails with something other than a TransportError (a bug below the pool)."""
 
-    async def ack(self, delivery: Delivery) -> None:
-        if delivery.job.payload["n"] == 0:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        if isinstance(decision, Ack) and delivery.job.payload["n"] == 0:
             raise KeyError("handle")
-        await super().ack(delivery)
+        await super().settle(delivery, decision)
 
 
 async def test_a_settle_raising_a_non_transport_error_is_logged_with_traceback_and_counted(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jobq import Job
 from jobq.errors import CommitFailed, SettleRejected
-from jobq.job import Delivery, Outcome
+from jobq.job import Ack, Decision, Delivery, Outcome
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
@@ -13,8 +13,10 @@ from jobq.transports.memory import MemoryStore, MemoryTransport
 class RejectingTransport(MemoryTransport):
     """An ack that refuses every job, as a transaction-mode COMMIT that fails would."""
 
-    async def ack(self, delivery: Delivery) -> None:
-        raise SettleRejected(CommitFailed("ForeignKeyViolation: key (parent)=(7) is not present"))
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        if isinstance(decision, Ack):
+            raise SettleRejected(CommitFailed("ForeignKeyViolation: key (parent)=(7) is not present"))
+        await super().settle(delivery, decision)
 
 
 async def test_a_rejected_ack_is_settled_as_a_failure_by_the_policy() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from jobq import Job, MalformedJob, PermanentError, Retry
 from jobq.errors import describe
+from jobq.job import Dead, RetryIn
 from jobq.retry import RetryPolicy
 
 
@@ -27,25 +28,22 @@ def test_full_jitter_stays_between_zero_and_the_ceiling() -> None:
 
 def test_ordinary_error_is_retried_with_backoff_while_attempts_remain() -> None:
     policy = RetryPolicy(base_delay=2.0, jitter=False)
-    decision = policy.decide(ValueError("boom"), job(attempt=2))
-    assert decision.retry and decision.delay == 4.0
-    assert decision.reason == "ValueError: boom"
+    assert policy.decide(ValueError("boom"), job(attempt=2)) == RetryIn(4.0, "ValueError: boom")
 
 
 def test_last_attempt_dead_letters_with_the_error_and_count() -> None:
     decision = RetryPolicy().decide(ValueError("boom"), job(attempt=5, max_attempts=5))
-    assert not decision.retry
+    assert isinstance(decision, Dead)
     assert "ValueError: boom" in decision.reason and "5 of 5" in decision.reason
 
 
 @pytest.mark.parametrize("error", [PermanentError("no"), MalformedJob("bad json")])
 def test_permanent_and_malformed_are_dead_at_once(error: Exception) -> None:
-    decision = RetryPolicy().decide(error, job(attempt=1))
-    assert not decision.retry and decision.reason == describe(error)
+    assert RetryPolicy().decide(error, job(attempt=1)) == Dead(describe(error))
 
 
 def test_retry_with_explicit_delay_is_honoured_and_capped() -> None:
     policy = RetryPolicy(max_delay=60.0)
-    assert policy.decide(Retry(delay=7), job(1)).delay == 7.0
-    assert policy.decide(Retry(delay=600), job(1)).delay == 60.0
-    assert not policy.decide(Retry(delay=1), job(5)).retry  # attempts still bound it
+    assert policy.decide(Retry(delay=7), job(1)) == RetryIn(7.0, describe(Retry(delay=7)))
+    assert policy.decide(Retry(delay=600), job(1)) == RetryIn(60.0, describe(Retry(delay=600)))
+    assert isinstance(policy.decide(Retry(delay=1), job(5)), Dead)  # attempts still bound it

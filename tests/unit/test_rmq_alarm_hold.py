@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from jobq.config import ConnectConfig, RabbitConfig
+from jobq.job import Dead, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from tests.unit.test_rmq_crash_copies import FakeSession, message
@@ -48,7 +49,7 @@ async def test_a_retry_while_blocked_is_held_then_sent_once_unblocked() -> None:
     await transport._on_message(session, message(2, **{"x-delivery-count": 1}))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
 
-    await transport.retry(delivery, 1.5, "failed")  # returns at once: the worker goes on
+    await transport.settle(delivery, RetryIn(1.5, "failed"))  # returns at once: the worker goes on
     await asyncio.sleep(0.3)  # past publish_timeout: still held, never nacked
     assert session.requeued == [] and session.published == [] and session.completed == []
     # The crash redelivery's copy forward is held too (no nack, no loop of redeliveries).
@@ -66,7 +67,7 @@ async def test_held_copies_end_at_close_left_for_the_channel_close(
     transport, session, _link = await blocked_transport()
     await transport._on_message(session, message(1))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
-    await transport.dead_letter(delivery, "bad")
+    await transport.settle(delivery, Dead("bad"))
     assert len(transport._held) == 1
 
     transport._closing = True
@@ -81,7 +82,7 @@ async def test_a_release_while_blocked_still_fails_at_once() -> None:
     await transport._on_message(session, message(1))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
     with pytest.raises(Exception, match="not sent, the broker blocks publishing"):
-        await transport.release(delivery)
+        await transport.settle(delivery, Release())
     assert session.requeued == [1] and not transport._held
 
 
@@ -100,7 +101,7 @@ async def test_a_copy_that_times_out_when_the_alarm_comes_is_held_too() -> None:
     transport._session = session  # type: ignore[assignment]
     await transport._on_message(session, message(1))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
-    await transport.retry(delivery, 0.2, "failed")  # timed out, but blocked: held
+    await transport.settle(delivery, RetryIn(0.2, "failed"))  # timed out, but blocked: held
     assert session.requeued == [] and len(transport._held) == 1
     confirmed.set()
     link._set_blocked(False, "")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Job
+from jobq.job import Ack, Job, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import SOLO_ROUND, RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy
@@ -135,7 +135,7 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
 
     assert await transport.receive(10, 0.01) == []  # not while another job is out
     assert session.gets == 0  # nothing taken from q.alone meanwhile: it would wait unstarted
-    await transport.ack(plain)
+    await transport.settle(plain, Ack())
     (alone,) = await transport.receive(10, 0.01)
 
     assert alone.isolate and alone.job.id == "job-7"
@@ -145,13 +145,13 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     assert copies["job-6"]["exchange"] == "q.dlx" and "x-jobq-isolate" not in dead
     assert dead["x-jobq-error"].startswith("lost mid-job: killed its consumer while running alone")
     assert await transport.receive(10, 0.01) == []  # nothing else while it runs
-    await transport.retry(alone, 0, "failed cleanly")
+    await transport.settle(alone, RetryIn(0, "failed cleanly"))
     assert "x-jobq-isolate" not in headers(session.published[-1])  # a clean failure: unmarked
     assert session.published[-1]["routing_key"] == "q"
 
     (again,) = await transport.receive(10, 0.01)  # job-5's charged copy, alone too
     assert again.isolate and (again.job.id, again.job.attempt) == ("job-5", 2)
-    await transport.release(again)  # handed back at shutdown: to q.alone, mark and attempt kept
+    await transport.settle(again, Release())  # handed back at shutdown: to q.alone, mark and attempt kept
     assert session.published[-1]["routing_key"] == "q.alone"
     session.alone.clear()
     (after,) = await transport.receive(10, 0.01)  # q.alone empty: back to the work queue
@@ -240,11 +240,11 @@ async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> No
     for _ in range(SOLO_ROUND):
         (solo,) = await transport.receive(10, 0.01)
         solos.append(solo.job.id)
-        await transport.ack(solo)
+        await transport.settle(solo, Ack())
     batch = await transport.receive(10, 0.01)  # the work queue's turn
     assert [d.job.id for d in batch] == ["job-1", "job-2"] and not any(d.isolate for d in batch)
     for delivery in batch:
-        await transport.ack(delivery)
+        await transport.settle(delivery, Ack())
     (solo,) = await transport.receive(10, 0.01)  # then runs alone again
     assert solo.isolate and solo.job.id == f"job-{10 + SOLO_ROUND}"
 
@@ -268,5 +268,5 @@ async def test_on_classic_a_first_redelivery_runs_again_marked_and_a_second_goes
     assert [d.job.id for d in transport._arrived] == ["job-2"]
     assert sorted(session.completed) == [1, 3]  # the originals of the two copies acked
     (runs,) = await transport.receive(10, 0.01)
-    await transport.retry(runs, 0, "failed cleanly")  # it did not crash: the mark goes
+    await transport.settle(runs, RetryIn(0, "failed cleanly"))  # it did not crash: the mark goes
     assert "x-jobq-suspect" not in headers(session.published[-1])

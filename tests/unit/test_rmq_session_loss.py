@@ -15,7 +15,7 @@ from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
 from jobq.errors import ConnectionLost
-from jobq.job import Delivery, Job
+from jobq.job import Delivery, Job, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.session import Handle, Session
@@ -98,7 +98,7 @@ async def test_a_copy_failing_on_a_closed_channel_ends_the_session_and_reconnect
     transport, started = await supervised(OpenLink(), lost)
     try:
         with pytest.raises(ConnectionLost, match="ChannelInvalidStateError"):
-            await transport.retry(delivery(lost, 1), 1.0, "boom")
+            await transport.settle(delivery(lost, 1), RetryIn(1.0, "boom"))
         assert not lost.alive  # before: the nack went out and the session lived on, unconsumed
         assert "publish failed" in lost.reason
         async with asyncio.timeout(2):

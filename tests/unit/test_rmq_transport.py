@@ -9,7 +9,7 @@ from typing import Any
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Delivery, Job
+from jobq.job import Ack, Dead, Delivery, Job, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.session import Handle
@@ -33,10 +33,10 @@ def stale_delivery() -> Delivery:
 async def test_settles_of_a_lost_session_are_dropped() -> None:
     link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")
     transport = RabbitTransport(link, RabbitConfig(), queue="q", prefetch=8, max_attempts=3)
-    await transport.ack(stale_delivery())
-    await transport.retry(stale_delivery(), 1.0, "boom")
-    await transport.dead_letter(stale_delivery(), "boom")
-    await transport.release(stale_delivery())
+    await transport.settle(stale_delivery(), Ack())
+    await transport.settle(stale_delivery(), RetryIn(1.0, "boom"))
+    await transport.settle(stale_delivery(), Dead("boom"))
+    await transport.settle(stale_delivery(), Release())
     assert transport.stale == 4
 
 
@@ -68,9 +68,9 @@ async def test_copies_are_published_raw_with_confirms_and_mandatory() -> None:
         handle = Handle(session, tag, message)  # type: ignore[arg-type]
         return Delivery(job=Job(id="1", queue="q", kind="k", payload={"a": 1}), handle=handle)
 
-    await transport.retry(delivery(1), 0, "boom")
-    await transport.dead_letter(delivery(2), "boom")
-    await transport.release(delivery(3))
+    await transport.settle(delivery(1), RetryIn(0, "boom"))
+    await transport.settle(delivery(2), Dead("boom"))
+    await transport.settle(delivery(3), Release())
     assert [(p["exchange"], p["routing_key"]) for p in session.published] == [
         ("", "q"), ("q.dlx", "q"), ("", "q")]
     assert all(p["body"] == b'{"a":1}' and p["mandatory"] for p in session.published)

@@ -13,7 +13,7 @@ from typing import Any
 
 from jobq.due import due_problem, wait_of
 from jobq.errors import ConfigError, MalformedJob
-from jobq.job import Delivery, Job
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Job, Release, RetryIn
 from jobq.transport import NewJob
 from jobq.within import within
 
@@ -101,17 +101,31 @@ class MemoryTransport:
                   max_attempts=entry.max_attempts)
         return Delivery(job=job, handle=entry, malformed=malformed)
 
-    async def ack(self, delivery: Delivery) -> None:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
+        match decision:
+            case Ack():
+                await self._ack(delivery)
+            case RetryIn(delay=delay, reason=reason):
+                await self._retry(delivery, delay, reason)
+            case Dead(reason=reason):
+                await self._dead(delivery, reason)
+            case Cancelled(reason=reason):
+                await self._cancel(delivery, reason)
+            case Release():
+                await self._release(delivery)
+
+    async def _ack(self, delivery: Delivery) -> None:
         """Mark done."""
         self._settle(delivery, "done", "ack")
 
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Back to pending after ``delay``."""
         entry = self._settle(delivery, "pending", "retry")
         entry.run_at = time.monotonic() + delay
         entry.last_error = reason
 
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str) -> None:
         """Mark dead with the reason."""
         self._settle(delivery, "dead", "dead").last_error = reason
 
@@ -126,11 +140,11 @@ class MemoryTransport:
         """Those of ``running`` whose entry has ``cancel_requested`` set."""
         return [d for d in running if d.handle.cancel_requested]
 
-    async def cancel(self, delivery: Delivery, reason: str) -> None:
+    async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Mark cancelled with the reason."""
         self._settle(delivery, "cancelled", "cancel").last_error = reason
 
-    async def release(self, delivery: Delivery) -> None:
+    async def _release(self, delivery: Delivery) -> None:
         """Back to pending, attempt not counted."""
         entry = self._settle(delivery, "pending", "release")
         entry.attempts -= 1

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
-from jobq.job import Delivery
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.connect import consumer_id, pooled
@@ -186,7 +186,21 @@ class PostgresTransport:
         self._held.claimed(token, (row[0] for row in rows))
         return token, rows
 
-    async def ack(self, delivery: Delivery) -> None:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
+        match decision:
+            case Ack():
+                await self._ack(delivery)
+            case RetryIn(delay=delay, reason=reason):
+                await self._retry(delivery, delay, reason)
+            case Dead(reason=reason):
+                await self._dead(delivery, reason)
+            case Cancelled(reason=reason):
+                await self._cancel(delivery, reason)
+            case Release():
+                await self._release(delivery)
+
+    async def _ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
         lease: Lease = delivery.handle
         if not self._held.holds(lease):
@@ -201,11 +215,11 @@ class PostgresTransport:
         else:
             self._acks_waiting.set()
 
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Back to pending with ``run_at`` moved ``delay`` seconds ahead."""
         await self._settle_one("retry", delivery, {"delay": delay, "reason": storable(reason)})
 
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str) -> None:
         """Status dead, ``last_error`` = reason."""
         await self._settle_one("dead", delivery, {"reason": storable(reason)})
 
@@ -220,11 +234,11 @@ class PostgresTransport:
         a table that is empty unless an operator just asked."""
         return await cancel_requested(functools.partial(self._run, fetch=True), running)
 
-    async def cancel(self, delivery: Delivery, reason: str) -> None:
+    async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Status cancelled, ``last_error`` = reason, the request deleted."""
         await self._settle_one("cancel", delivery, {"reason": storable(reason)})
 
-    async def release(self, delivery: Delivery) -> None:
+    async def _release(self, delivery: Delivery) -> None:
         """Back to pending at once, attempt not counted, other consumers woken.
 
         Releases made together (the pool hands back all its unstarted jobs at once at

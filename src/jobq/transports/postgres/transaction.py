@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
-from jobq.job import Delivery
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 from jobq.sizing import BufferSizer
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
@@ -232,7 +232,21 @@ class PgTransactionTransport:
                 await within(self._wake.wait(), wait)
             self._dry = False
 
-    async def ack(self, delivery: Delivery) -> None:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
+        match decision:
+            case Ack():
+                await self._ack(delivery)
+            case RetryIn(delay=delay, reason=reason):
+                await self._retry(delivery, delay, reason)
+            case Dead(reason=reason):
+                await self._dead(delivery, reason)
+            case Cancelled(reason=reason):
+                await self._cancel(delivery, reason)
+            case Release():
+                await self._release(delivery)
+
+    async def _ack(self, delivery: Delivery) -> None:
         """Commit: the job's done mark and the handler's writes together.
 
         SettleRejected if they cannot commit; the delivery is then still the pool's to settle.
@@ -312,11 +326,11 @@ class PgTransactionTransport:
         claim.ended = ("done", "pending")
         return TransactionOwned(ENDED)
 
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Roll the handler's writes back; back to pending, due ``delay`` seconds from now."""
         await self._fail(delivery.handle, "pending", delay, reason)
 
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str) -> None:
         """Roll the handler's writes back; status dead, ``last_error`` = reason."""
         await self._fail(delivery.handle, "dead", 0.0, reason)
 
@@ -348,11 +362,11 @@ class PgTransactionTransport:
         connection of its own (each job's is busy with the job)."""
         return await cancel_requested(self._look, running)
 
-    async def cancel(self, delivery: Delivery, reason: str) -> None:
+    async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Roll the handler's writes back; status cancelled, the request deleted."""
         await self._fail(delivery.handle, "cancelled", 0.0, reason)
 
-    async def release(self, delivery: Delivery) -> None:
+    async def _release(self, delivery: Delivery) -> None:
         """Roll back, unlocking the job for others at once; its attempt does not count."""
         async with self._settling(delivery.handle, "release"):
             await self._unstart(delivery.handle)

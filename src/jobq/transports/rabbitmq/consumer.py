@@ -51,7 +51,7 @@ from aiormq.abc import DeliveredMessage
 from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
-from jobq.job import Delivery
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
@@ -379,9 +379,9 @@ class RabbitTransport:
         tombstones = self._tombstones
         return [d for d in running if d.job.id in tombstones] if tombstones.ids else []
 
-    async def cancel(self, delivery: Delivery, reason: str) -> None:
+    async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Ack: the job is gone from the queue (its tombstone stays until it expires)."""
-        await self.ack(delivery)
+        await self._ack(delivery)
 
     async def _watch_tombstones(self) -> None:
         """Read ``<q>.cancelled`` again whenever its count changes, looking each second."""
@@ -405,7 +405,21 @@ class RabbitTransport:
         if handle.session.alive:
             handle.session.complete(handle.tag)
 
-    async def ack(self, delivery: Delivery) -> None:
+    async def settle(self, delivery: Delivery, decision: Decision) -> None:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
+        match decision:
+            case Ack():
+                await self._ack(delivery)
+            case RetryIn(delay=delay, reason=reason):
+                await self._retry(delivery, delay, reason)
+            case Dead(reason=reason):
+                await self._dead(delivery, reason)
+            case Cancelled(reason=reason):
+                await self._cancel(delivery, reason)
+            case Release():
+                await self._release(delivery)
+
+    async def _ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
         self._done()
         handle: Handle = delivery.handle
@@ -414,7 +428,7 @@ class RabbitTransport:
         else:
             self.stale += 1
 
-    async def retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Publish to the tier for ``delay`` (confirmed), then ack the original.
 
         The isolate mark is dropped: the job failed cleanly, it did not crash. A delay shorter
@@ -433,7 +447,7 @@ class RabbitTransport:
         finally:
             self._done()
 
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
         try:
             await self._bury(delivery, reason)
@@ -448,7 +462,7 @@ class RabbitTransport:
             "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
             drop=(*MARKS, DUE))
 
-    async def release(self, delivery: Delivery) -> None:
+    async def _release(self, delivery: Delivery) -> None:
         """Publish back to the work queue with the attempt uncounted (confirmed), then ack.
 
         One taken from ``<q>.alone`` goes back there, mark and attempt kept.
