@@ -101,6 +101,15 @@ def pool_buffer(settings: Settings) -> int:
     return 0 if transaction_mode(settings) else settings.consumer.buffer_size
 
 
+def pool_drain_timeout(settings: Settings) -> float:
+    """How long an idle --once pool's empty receive waits before "nothing left" is believed:
+    a claim's empty answer is the truth; a RabbitMQ consumer waits for deliveries in flight."""
+    if settings.transport != "rabbitmq":
+        return 0.0
+    from jobq.transports.rabbitmq.consumer import DRAIN_TIMEOUT
+    return DRAIN_TIMEOUT
+
+
 def pool_buffer_max(settings: Settings) -> int:
     """How far jobq may grow the buffer for short jobs (sizing.py): only in lease mode with
     ``consumer.buffer`` left to jobq (-1). A lease claim takes at most half of concurrency +
@@ -317,6 +326,7 @@ class Container(containers.DeclarativeContainer):
         job_timeout=cfg.consumer.job_timeout,
         shutdown_timeout=cfg.consumer.shutdown_timeout,
         poll_timeout=cfg.postgres.poll_interval,
+        drain_timeout=providers.Callable(pool_drain_timeout, settings),
         once=cfg.consumer.once,
         stall_timeout=cfg.consumer.stall_timeout,
         threads=handler_threads,

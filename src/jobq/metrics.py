@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from jobq.job import Job, Outcome
 from jobq.metrics_jobs import JobCounts
 from jobq.metrics_kinds import KindCounts
-from jobq.transport import Depth
+from jobq.transport import Depth, Health
 
 STOP_TIMEOUT = 2.0  # seconds stop_serving waits for the serving loop to end
 CLIENT_TIMEOUT = 10.0  # seconds a metrics client may stay silent in the middle of a request
@@ -33,7 +33,7 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
                    60, 120, 300, 600, 1800, 3600)
 
-# What each key of ``Transport.counters()`` is exported as; a transport reports the keys it
+# What each key of ``Transport.health().counters`` is exported as; a transport reports the keys it
 # keeps (a unit test checks every transport's keys are listed here).
 TRANSPORT_COUNTERS = {
     "rescued": ("jobq_rescued_leases", "Expired leases freed by this consumer (their consumer "
@@ -75,12 +75,8 @@ class PoolView(Protocol):
 class TransportView(Protocol):
     """What the metrics read from the transport at scrape time (a part of ``Transport``)."""
 
-    @property
-    def connected(self) -> bool:
-        """False while the connection is known to be down."""
-
-    def counters(self) -> Mapping[str, int]:
-        """Event counts by ``TRANSPORT_COUNTERS`` key."""
+    def health(self) -> Health:
+        """Connected or not, and event counts by ``TRANSPORT_COUNTERS`` key."""
 
 
 class _TransportCounters(Collector):
@@ -92,7 +88,7 @@ class _TransportCounters(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         """One counter family per counter the transport keeps."""
-        for key, count in self._transport.counters().items():
+        for key, count in self._transport.health().counters.items():
             if key not in TRANSPORT_COUNTERS:
                 continue
             name, text = TRANSPORT_COUNTERS[key]
@@ -217,7 +213,7 @@ class Metrics:
             return False
         if self._pool is not None and not self._pool.consuming:
             return False
-        return self._transport is None or self._transport.connected
+        return self._transport is None or self._transport.health().connected
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -99,6 +99,7 @@ class WorkerPool:
         buffer_max: int = 0,
         shutdown_timeout: float,
         poll_timeout: float = 1.0,
+        drain_timeout: float = 0.0,
         once: bool = False,
         stall_timeout: float = 0.0,
         threads: HandlerThreads | None = None,
@@ -118,6 +119,9 @@ class WorkerPool:
         self._job_timeout = job_timeout
         self._shutdown_timeout = shutdown_timeout
         self._poll_timeout = poll_timeout
+        # --once: how long an idle pool's empty receive must wait before "nothing left" is
+        # believed (0 for a claim, whose empty answer is the truth; RabbitMQ's DRAIN_TIMEOUT)
+        self._drain_timeout = drain_timeout
         self._once = once
         self._observer = observer
         self._log = logger or logging.getLogger("jobq.pool")
@@ -208,7 +212,7 @@ class WorkerPool:
         """Before the transport opens: if the queue is paused, the transport opens paused (a
         RabbitMQ consumer then takes no prefetch it would have to hand back)."""
         if self._pause is not None and await self._pause.check():
-            await self._transport.set_paused(True)
+            await self._transport.quiesce()
 
     def stop(self) -> None:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
@@ -456,7 +460,7 @@ class WorkerPool:
         if self._stop.is_set():
             return False
         try:
-            await self._transport.set_paused(False)
+            await self._transport.resume()
         except TransportError as exc:  # its next receive fails or waits as after any loss
             self._log.warning("resuming the transport failed (%s)", describe(exc))
         self._log.info("queue resumed: taking jobs again")
@@ -465,7 +469,7 @@ class WorkerPool:
     async def _hand_back(self) -> None:
         """The transport stops deliveries first (a pushed one would arrive after the release)."""
         try:
-            await self._transport.set_paused(True)
+            await self._transport.quiesce()
         except TransportError as exc:
             self._log.warning("pausing the transport failed (%s)", describe(exc))
         await self._release(self._unstarted(), "the queue is paused")
@@ -489,7 +493,7 @@ class WorkerPool:
             return self._poll_timeout
         # --once: an idle pool asks once and believes the answer; a busy one re-asks soon,
         # since the jobs it is finishing may have freed (or retried) work.
-        return self._transport.drain_timeout if idle else min(self._poll_timeout, 0.05)
+        return self._drain_timeout if idle else min(self._poll_timeout, 0.05)
 
     async def _release_unstarted(self) -> None:
         """The pool's unstarted and what the transport took ahead, handed back side by side,
@@ -499,7 +503,7 @@ class WorkerPool:
 
     async def _transport_stopping(self) -> None:
         try:
-            await within(self._transport.stopping(), min(RELEASE_TIMEOUT, self._shutdown_timeout))
+            await within(self._transport.quiesce(), min(RELEASE_TIMEOUT, self._shutdown_timeout))
         except (TransportError, TimeoutError) as exc:  # close() lets go of it in the end
             self._log.warning("the transport could not hand back what it took ahead (%s)",
                               describe(exc) if isinstance(exc, TransportError) else "timed out")

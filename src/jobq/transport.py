@@ -18,9 +18,6 @@ from jobq.job import Decision, Delivery
 class Transport(Protocol):
     """Hands out deliveries and carries out the pool's decision for each, exactly once."""
 
-    name: str
-    drain_timeout: float  # how long an empty receive must wait before "nothing left" is believed
-
     async def open(self) -> None:
         """Connect (with retries and backoff) and prepare to receive."""
 
@@ -49,33 +46,35 @@ class Transport(Protocol):
         decision for a handler that raised ``SettleRejected.cause``.
         """
 
-    async def set_paused(self, paused: bool) -> None:
-        """The queue was paused (True) or resumed (False); the pool calls no ``receive`` meanwhile.
+    async def quiesce(self) -> None:
+        """Take nothing more until ``resume``, and hand back what was taken and not handed out.
 
-        A transport the server pushes deliveries to stops that while paused and hands back
-        what arrived and was not handed out (attempt not counted); one that only claims when
-        asked has nothing to do.
+        The pool calls it when the queue is paused and when it stops gracefully: the same
+        motion. A transport the server pushes deliveries to stops them and hands back what
+        arrived (attempt not counted); one that takes jobs ahead of a receive (Postgres
+        transaction mode: picked ahead, or taken with an ack's COMMIT) hands those back and
+        takes no more; one that only claims when asked has nothing to do. Idempotent.
         """
 
-    async def stopping(self) -> None:
-        """The pool is stopping: it calls no ``receive`` again and waits for the running jobs.
-
-        A transport that takes jobs ahead of a receive (Postgres transaction mode: picked
-        ahead, or taken with an ack's COMMIT) hands them back now, attempt not counted, and
-        takes no more; the others have nothing to do (``close`` lets go of the rest).
-        """
+    async def resume(self) -> None:
+        """Take jobs again after ``quiesce`` (the queue was resumed)."""
 
     async def cancelled(self, running: Sequence[Delivery]) -> Sequence[Delivery]:
         """Those of ``running`` (started, not settled) that an operator cancelled
         (``jobq jobs cancel``). The pool asks about once a second while jobs run, cancels
         those handlers at their next await and settles them ``Cancelled``."""
 
-    @property
-    def connected(self) -> bool:
-        """False while the transport knows its connection to the server is down (/readyz)."""
+    def health(self) -> Health:
+        """Whether the transport knows its server connection to be up, and its own event
+        counts (``metrics.TRANSPORT_COUNTERS``): read at scrape and by /readyz, no round trip."""
 
-    def counters(self) -> Mapping[str, int]:
-        """The transport's own event counts by name (``metrics.TRANSPORT_COUNTERS``), read at scrape."""
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A transport's view of itself (``Transport.health``)."""
+
+    connected: bool  # False while the transport knows its connection to the server is down
+    counters: Mapping[str, int] = field(default_factory=dict)  # event counts by name
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -305,7 +305,7 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
             await transport.open()
             transport._width = WORKERS  # a pick for every free worker, as in a busy drain
             handed = await transport.receive(WORKERS, 1.0)
-            await transport.set_paused(True)  # as WorkerPool._hold does next
+            await transport.quiesce()  # as WorkerPool._hold does next
             gate.set()
             await asyncio.wait(set(transport._claiming))
             ready = len(transport._ready)

@@ -92,12 +92,13 @@ async def test_the_typed_accessors_hand_out_the_configured_backend(transport: st
     assert type(publisher) is (PostgresPublisher if transport == "postgres" else RabbitPublisher)
     assert type(admin) is (PostgresAdmin if transport == "postgres" else RabbitAdmin)
     # Every counter the transport keeps has a name in the metrics (none is kept unexported).
-    assert set(got.counters()) <= set(TRANSPORT_COUNTERS), got.counters()
-    assert all(isinstance(n, int) for n in got.counters().values())
+    counters = got.health().counters
+    assert set(counters) <= set(TRANSPORT_COUNTERS), counters
+    assert all(isinstance(n, int) for n in counters.values())
 
 
 async def test_every_exported_counter_is_kept_by_some_transport() -> None:
     kept: set[str] = set()
     for transport, claim in (("postgres", "lease"), ("postgres", "transaction"), ("rabbitmq", "lease")):
-        kept |= set((await get_transport(wired(transport, **{"postgres.claim": claim}))).counters())
+        kept |= set((await get_transport(wired(transport, **{"postgres.claim": claim}))).health().counters)
     assert kept == set(TRANSPORT_COUNTERS)

@@ -14,7 +14,7 @@ from jobq.job import Delivery, Outcome
 from jobq.metrics import Metrics, serve
 from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
-from jobq.transport import Depth
+from jobq.transport import Depth, Health
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from tests.scrape import get, parse, value
 
@@ -93,8 +93,8 @@ class Counted(MemoryTransport):
         self.reconnects = 0
         self.connected = True
 
-    def counters(self) -> dict[str, int]:
-        return {"rescued": self.rescued, "reconnects": self.reconnects}
+    def health(self) -> Health:
+        return Health(self.connected, {"rescued": self.rescued, "reconnects": self.reconnects})
 
 
 async def test_gauges_and_transport_counters_are_read_at_scrape_time() -> None:
@@ -132,8 +132,8 @@ def test_transport_counters_are_exported_only_if_the_transport_keeps_them() -> N
 
 def test_every_counter_a_transport_keeps_is_exported() -> None:
     class Keeping(MemoryTransport):
-        def counters(self) -> dict[str, int]:
-            return {"rescued": 1, "reconnects": 2, "stale": 3, "buried": 4}
+        def health(self) -> Health:
+            return Health(True, {"rescued": 1, "reconnects": 2, "stale": 3, "buried": 4})
 
     metrics = Metrics("memory", "q")
     transport = Keeping(MemoryStore())

@@ -90,7 +90,7 @@ async def test_pause_lets_running_jobs_finish_hands_back_the_rest_and_resume_run
     # the unstarted went back (attempt not counted), and the pool neither spun nor asked.
     assert max(starts.values()) < paused_at + LOOK + 0.05
     assert set(starts) == set(ends)
-    assert ("paused", "") in transport.calls
+    assert ("quiesce", "") in transport.calls
     released = [job_id for call, job_id in transport.calls if call == "release"]
     assert released and all(store.entries[i].attempts == 0 for i in released)
     assert len(store.by_status("pending")) == 30 - len(ends)
@@ -102,7 +102,7 @@ async def test_pause_lets_running_jobs_finish_hands_back_the_rest_and_resume_run
 
     switch.paused = False
     await until(lambda: len(ends) == 30, "the rest to run after the resume")
-    assert ("resumed", "") in transport.calls and not pool.paused
+    assert ("resume", "") in transport.calls and not pool.paused
     pool.stop()
     stats = await run
     assert stats.ok == 30 and stats.released == len(released)

@@ -29,7 +29,7 @@ async def test_a_pause_gives_back_what_is_held_rather_than_keeping_it() -> None:
     transport, session = await consuming()
     await transport._on_message(session, message(1, **{"x-jobq-due": due_in(0.5)}))  # type: ignore[arg-type]
     transport._paused = True
-    transport._let_go.set()  # what set_paused(True) does besides cancelling the consumer
+    transport._let_go.set()  # what quiesce() does besides cancelling the consumer
     await asyncio.wait_for(asyncio.gather(*transport._tasks), 0.3)
     assert [p["routing_key"] for p in session.published] == ["q"] and session.completed == [1]
     assert not transport._arrived

@@ -25,7 +25,7 @@ from jobq.config import Settings, load_settings
 from jobq.job import Outcome
 from jobq.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.processor import load_processor
-from jobq.transport import Depth
+from jobq.transport import Depth, Health
 from tests.conftest import ROOT, need_tool
 from tools.stack import composefile
 
@@ -225,10 +225,8 @@ def exported() -> dict[str, set[str]]:
         in_flight, buffered, consuming = 1, 0, True
 
     class Transport:
-        connected = True
-
-        def counters(self) -> dict[str, int]:
-            return dict.fromkeys(TRANSPORT_COUNTERS, 0)
+        def health(self) -> Health:
+            return Health(True, dict.fromkeys(TRANSPORT_COUNTERS, 0))
 
     metrics.watch(Pool(), Transport())
     job = Job(id="1", queue="q", kind="k", payload={}, attempt=2, enqueued_at=datetime.now(UTC))

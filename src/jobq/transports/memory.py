@@ -14,7 +14,7 @@ from typing import Any
 from jobq.due import due_problem, wait_of
 from jobq.errors import ConfigError, MalformedJob
 from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Job, Release, RetryIn
-from jobq.transport import NewJob
+from jobq.transport import Health, NewJob
 from jobq.within import within
 
 
@@ -58,8 +58,6 @@ class MemoryStore:
 class MemoryTransport:
     """Transport over a MemoryStore, with the same semantics as the Postgres lease mode."""
 
-    name = "memory"
-    drain_timeout = 0.0
     connected = True  # nothing to lose; tests set it to model a lost connection
 
     def __init__(self, store: MemoryStore, *, queue: str = "default") -> None:
@@ -73,9 +71,9 @@ class MemoryTransport:
     async def close(self) -> None:
         """Nothing to flush."""
 
-    def counters(self) -> dict[str, int]:
-        """None kept: nothing here can be rescued, reconnected or stale."""
-        return {}
+    def health(self) -> Health:
+        """``connected`` as a test set it; no counters (nothing is rescued, reconnected or stale)."""
+        return Health(self.connected)
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Claim due pending entries; wait up to ``timeout`` for one to appear."""
@@ -129,12 +127,13 @@ class MemoryTransport:
         """Mark dead with the reason."""
         self._settle(delivery, "dead", "dead").last_error = reason
 
-    async def set_paused(self, paused: bool) -> None:
-        """Nothing is pushed here: only recorded, for tests."""
-        self.calls.append(("paused" if paused else "resumed", ""))
+    async def quiesce(self) -> None:
+        """Nothing is pushed or taken ahead here: only recorded, for tests."""
+        self.calls.append(("quiesce", ""))
 
-    async def stopping(self) -> None:
-        """Nothing to do: nothing is taken ahead here."""
+    async def resume(self) -> None:
+        """Only recorded, for tests."""
+        self.calls.append(("resume", ""))
 
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` whose entry has ``cancel_requested`` set."""

@@ -23,6 +23,7 @@ from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.transport import Health
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.connect import consumer_id, pooled
@@ -45,8 +46,6 @@ NEEDS = {"jobs": "SELECT,UPDATE", "queues": "SELECT", "cancels": "SELECT,DELETE"
 class PostgresTransport:
     """Lease-mode consumer of one queue in a jobq schema."""
 
-    name = "postgres"
-    drain_timeout = 0.0  # a claim that finds nothing is the truth: no need to wait
 
     def __init__(
         self,
@@ -86,17 +85,12 @@ class PostgresTransport:
         self.leases_lost = 0  # jobs a heartbeat found rescued from under this consumer
         self._lost = False
 
-    @property
-    def connected(self) -> bool:
-        """False from a lost connection until a statement succeeds again."""
-        return not self._lost
-
-    def counters(self) -> dict[str, int]:
-        """Rescued leases, reconnects, stale settles, lost leases and pruned jobs (exported as
-        metrics)."""
-        return {"rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale,
-                "leases_lost": self.leases_lost,
-                **(self._pruner.counters() if self._pruner else {})}
+    def health(self) -> Health:
+        """Connected but from a lost connection until a statement succeeds again; rescued
+        leases, reconnects, stale settles, lost leases and pruned jobs (exported as metrics)."""
+        return Health(not self._lost, {
+            "rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale,
+            "leases_lost": self.leases_lost, **(self._pruner.counters() if self._pruner else {})})
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
@@ -223,11 +217,11 @@ class PostgresTransport:
         """Status dead, ``last_error`` = reason."""
         await self._settle_one("dead", delivery, {"reason": storable(reason)})
 
-    async def set_paused(self, paused: bool) -> None:
-        """Nothing to do: a claim takes jobs only when the pool asks, and it does not while paused."""
-
-    async def stopping(self) -> None:
+    async def quiesce(self) -> None:
         """Nothing to do: a claim takes jobs only when the pool asks (what it holds is the pool's)."""
+
+    async def resume(self) -> None:
+        """Nothing to do: the pool's next receive claims again."""
 
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` with a cancel request (`jobq jobs cancel`): one probe per job of

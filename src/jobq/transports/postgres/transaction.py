@@ -38,6 +38,7 @@ from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
 from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 from jobq.sizing import BufferSizer
+from jobq.transport import Health
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import cancel_requested
 from jobq.transports.postgres.claims import (
@@ -83,8 +84,6 @@ ABORTED = ("the job's transaction was aborted by a statement that failed in the 
 class PgTransactionTransport:
     """Transaction-mode consumer of one queue: one connection and transaction per running job."""
 
-    name = "postgres"
-    drain_timeout = 0.0  # a claim that finds nothing is the truth: no need to wait
 
     def __init__(self, pool: Pool, settings: PostgresConfig, connect: ConnectConfig, *, queue: str,
                  concurrency: int, once: bool = False, logger: logging.Logger | None = None,
@@ -135,15 +134,12 @@ class PgTransactionTransport:
         self._paused = False  # no job is taken with an ack's COMMIT while paused or closing
         self._closing = False
 
-    @property
-    def connected(self) -> bool:
-        """Always True: each job holds its own connection, and a lost one fails that job's
-        settle or the next claim, which the pool reports (``consuming``)."""
-        return True
-
-    def counters(self) -> dict[str, int]:
-        """Jobs buried unrun and jobs pruned (exported as metrics)."""
-        return {"buried": self.buried, **(self._pruner.counters() if self._pruner else {})}
+    def health(self) -> Health:
+        """Always connected: each job holds its own connection, and a lost one fails that job's
+        settle or the next claim, which the pool reports (``consuming``). Jobs buried unrun
+        and jobs pruned (exported as metrics)."""
+        return Health(True, {"buried": self.buried,
+                             **(self._pruner.counters() if self._pruner else {})})
 
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""
@@ -334,13 +330,16 @@ class PgTransactionTransport:
         """Roll the handler's writes back; status dead, ``last_error`` = reason."""
         await self._fail(delivery.handle, "dead", 0.0, reason)
 
-    async def set_paused(self, paused: bool) -> None:
+    async def resume(self) -> None:
+        """Pick and take with acks' COMMITs again."""
+        self._paused = False
+
+    async def quiesce(self) -> None:
         """Hand back the jobs picked ahead, and those taken and not yet handed out (a take
-        with an ack's COMMIT, or one for a worker the pause keeps idle): a pick takes jobs
-        only when the pool asks, and it does not while paused."""
-        self._paused = paused
-        if not paused:
-            return
+        with an ack's COMMIT, or one for a worker the pause keeps idle), and take no more with
+        the acks of the jobs still running: a pick takes jobs only when the pool asks, and it
+        does not while paused or stopping."""
+        self._paused = True
         # Each holds a row lock and an open transaction. Each leaves _ready once put back, so
         # that close() still finds it if a deadline cuts this short (the pool's, at a stop).
         while self._ready:
@@ -351,11 +350,6 @@ class PgTransactionTransport:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
             await self._hand_back(rows)
-
-    async def stopping(self) -> None:
-        """As a pause: what was picked ahead or taken for a receive that will not come goes back
-        now, and the acks of the jobs still running take no more with their COMMITs."""
-        await self.set_paused(True)
 
     async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
         """Those of ``running`` with a cancel request (`jobq jobs cancel`), asked on a pool
@@ -525,7 +519,7 @@ class PgTransactionTransport:
 
     def _hand_over(self, delivery: Delivery) -> None:
         """A job just taken, to those ready for the next receive; put back instead if a pause
-        or a stop began since its take did (set_paused hands back only what is ready by then).
+        or a stop began since its take did (quiesce hands back only what is ready by then).
         Closing, close() puts back what is ready once its claims are over."""
         if self._paused and not self._closing:
             self._spawn(self._put_back_unready(delivery))

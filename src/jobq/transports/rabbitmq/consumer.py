@@ -27,7 +27,7 @@ A lost connection or channel ends the session: buffered deliveries are dropped, 
 of its deliveries are ignored (the broker redelivers those messages), and a supervisor
 reconnects with backoff, re-declares and consumes again.
 
-While the queue is paused (``set_paused``) the consumer is cancelled, as at shutdown, and
+While the queue is paused (``quiesce``) the consumer is cancelled, as at shutdown, and
 what had arrived is released; a new session does not subscribe until the resume.
 
 A message whose id has a tombstone in ``<q>.cancelled`` (``jobq jobs cancel``, read each second:
@@ -52,6 +52,7 @@ from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.transport import Health
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
@@ -78,6 +79,10 @@ from jobq.transports.rabbitmq.topology import Topology
 
 T = TypeVar("T")
 
+# An idle consumer with free prefetch gets a ready message within milliseconds; half a
+# second of silence (confirmed by the queue's ready count) means drained: the pool's receive
+# timeout when an idle --once pool asks "drained?" (the container gives it to the pool).
+DRAIN_TIMEOUT = 0.5
 QUIET = 0.05  # at close: time for deliveries made room for by the last acks to arrive
 RESUME_WAIT = 5.0  # a receive while reconnecting waits this long before reporting it
 RESUME_POLL = 0.05  # a session that ended before the supervisor noticed: look again this often
@@ -96,11 +101,6 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 
 class RabbitTransport:
     """Consumer of one jobq queue on RabbitMQ."""
-
-    name = "rabbitmq"
-    # An idle consumer with free prefetch gets a ready message within milliseconds; half a
-    # second of silence (confirmed by the queue's ready count) means drained.
-    drain_timeout = 0.5
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str, prefetch: int,
                  max_attempts: int, logger: logging.Logger | None = None,
@@ -140,7 +140,7 @@ class RabbitTransport:
         self._supervisor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self._paused = False  # the queue is paused: no basic.consume (set_paused)
+        self._paused = False  # the queue is paused: no basic.consume (quiesce)
         self._closed = asyncio.Event()  # set when close() begins: copies held for an alarm end
         self._let_go = asyncio.Event()  # set at close and while paused: held early messages go back
         self._held: set[Handle] = set()  # originals whose copy waits for unblocked (_hold)
@@ -149,20 +149,16 @@ class RabbitTransport:
         self.reconnects = 0
         self.cancelled_unrun = 0  # received with a tombstone: acked unrun
 
-    @property
-    def connected(self) -> bool:
-        """True while a session is consuming; False from a lost one until it resumes."""
-        return self._resumed.is_set()
+    def health(self) -> Health:
+        """Connected while a session is consuming (not from a lost one until it resumes);
+        stale settles, reconnects and jobs acked unrun as cancelled (exported as metrics)."""
+        return Health(self._resumed.is_set(), {"stale": self.stale, "reconnects": self.reconnects,
+                                               "cancelled_unrun": self.cancelled_unrun})
 
     @property
     def blocked(self) -> bool:
         """True while the broker blocks the copies' connection (exported as jobq_broker_blocked)."""
         return self._publish_link.blocked
-
-    def counters(self) -> dict[str, int]:
-        """Stale settles and reconnects (exported as metrics)."""
-        return {"stale": self.stale, "reconnects": self.reconnects,
-                "cancelled_unrun": self.cancelled_unrun}
 
     async def open(self) -> None:
         """Declare the topology and start consuming; keep doing so across reconnects."""
@@ -186,7 +182,8 @@ class RabbitTransport:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         session = self._session
-        if session is not None and session.alive:
+        if session is not None and session.alive and (session.consumer_tag is not None
+                                                      or self._arrived):  # not quiesced already
             await self._stop_consuming(session)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -217,13 +214,17 @@ class RabbitTransport:
             await self._give_back_quietly(self._arrived.popleft())
         session.holding = False
 
-    async def stopping(self) -> None:
-        """Nothing to do now: what arrived and was not handed out goes back with ``close``
-        (cancelling the consumer here would add a broker round trip to every shutdown)."""
+    async def quiesce(self) -> None:
+        """Cancel the consumer and release what arrived and was not handed out (at a pause
+        and at a graceful stop, so nothing more arrives while the running jobs finish).
+        Not a nack or a recover: either would count a delivery (a crash)."""
+        await self._set_paused(True)
 
-    async def set_paused(self, paused: bool) -> None:
-        """Paused: cancel the consumer and release what arrived (as at shutdown); resumed:
-        consume again. Not a nack or a recover: either would count a delivery (a crash)."""
+    async def resume(self) -> None:
+        """Consume again."""
+        await self._set_paused(False)
+
+    async def _set_paused(self, paused: bool) -> None:
         if paused == self._paused:
             return
         self._paused = paused
@@ -609,7 +610,7 @@ class RabbitTransport:
             # cannot say), wait for them another drain_timeout, and again, up to DRAIN_STALL.
             # Giving up after one more (as before) ended a --once drain of a 1,000,000-job
             # quorum queue with 690,257 jobs left, after a one-second lull in deliveries.
-            if timeout != self.drain_timeout:
+            if timeout != DRAIN_TIMEOUT:
                 return  # only an idle --once pool asks "drained?" (pool._receive_timeout)
             ready = await self._ready_count(session)
             if not ready and not self._copying:  # a copy still being sent is not in the count
@@ -620,7 +621,7 @@ class RabbitTransport:
                                   "%gs: ending the drain (--once) with them left", self._queue,
                                   ready, DRAIN_STALL)
                 return
-            deadline = loop.time() + self.drain_timeout
+            deadline = loop.time() + DRAIN_TIMEOUT
 
     async def _sleep(self, deadline: float) -> None:
         """Until a delivery arrives or the session ends (see _wake), or ``deadline``.
