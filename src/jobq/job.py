@@ -45,7 +45,8 @@ class Delivery:
     ``isolate`` is set by a transport for a job that was in flight when a consumer died: the
     pool runs it with nothing else in flight, so that if it kills this process too, the crash
     is its own and its backend can count it against that job alone (docs/architecture.md,
-    "Crashes").
+    "Crashes"). ``fact``: what the transport found that keeps a well-formed job from running
+    (``Spent``, ``CancelRequested``); the pool decides what it means and never runs it.
     """
 
     job: Job
@@ -53,6 +54,23 @@ class Delivery:
     malformed: str | None = None
     received_at: float = 0.0
     isolate: bool = False
+    fact: Fact | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """A fact: the job's attempts were used up before this delivery could run (crashes that
+    counted, or a foreign attempt header over max_attempts); ``reason`` says how."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """A fact: an operator cancelled the job (``jobq jobs cancel``) before it started."""
+
+
+Fact = Spent | CancelRequested
 
 
 class Outcome(enum.Enum):
@@ -67,7 +85,7 @@ class Outcome(enum.Enum):
 
 # What the worker decided for a delivery: the one value a transport's ``settle`` carries out.
 # Only the worker makes these (``pool._settle``); a transport reports facts about a delivery
-# (``Delivery.malformed``) and never builds one of its own.
+# (``Delivery.malformed``, ``Delivery.fact``) and never builds one of its own.
 
 
 @dataclass(frozen=True, slots=True)

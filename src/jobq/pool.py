@@ -23,7 +23,19 @@ from jobq.errors import (
     describe,
 )
 from jobq.handback import release_all
-from jobq.job import ACK, Cancelled, Dead, Decision, Delivery, Job, Outcome, RetryIn
+from jobq.job import (
+    ACK,
+    Cancelled,
+    CancelRequested,
+    Dead,
+    Decision,
+    Delivery,
+    Fact,
+    Job,
+    Outcome,
+    RetryIn,
+    Spent,
+)
 from jobq.pausing import PauseWatch
 from jobq.processor import Handler
 from jobq.retry import RetryPolicy
@@ -414,7 +426,7 @@ class WorkerPool:
             self.stats.first_job_at = time.monotonic()
         self._outstanding += len(batch)
         for delivery in batch:
-            if delivery.isolate and delivery.malformed is None:
+            if delivery.isolate and delivery.malformed is None and delivery.fact is None:
                 self._isolated.append(delivery)
             else:
                 self._queue.put_nowait(delivery)
@@ -519,6 +531,12 @@ class WorkerPool:
 
     async def _release(self, unstarted: list[Delivery], why: str) -> None:
         """Hand back what was received but never started; its attempt does not count."""
+        # One with a fact is settled as it decides, never handed back: its decision needs no
+        # worker, and a copy handed back could lose what the transport saw (a crash's mark).
+        settle = [d for d in unstarted if d.fact is not None]
+        if settle:
+            unstarted = [d for d in unstarted if d.fact is None]
+            await asyncio.gather(*(self._settle(d, None, 0.0) for d in settle))
         if not unstarted:
             return
         released = await release_all(self._transport, unstarted, log=self._log,
@@ -626,9 +644,8 @@ class WorkerPool:
             holding[slot] = delivery
             error: BaseException | None = None
             started = time.monotonic()
-            if delivery.malformed is not None:
-                error = MalformedJob(delivery.malformed)
-            else:
+            # Malformed, or a fact that keeps it from running: not run, _settle decides.
+            if delivery.malformed is None and delivery.fact is None:
                 started_at[slot] = started
                 try:
                     await handler(delivery.job)
@@ -663,7 +680,10 @@ class WorkerPool:
                       slot: int = -1) -> None:
         """The one place that decides a job's fate, as a value the transport carries out."""
         job = delivery.job
-        decision: Decision = ACK if error is None else self._decide(error, job)
+        if delivery.malformed is not None:
+            error = MalformedJob(delivery.malformed)
+        decision: Decision = (self._decide_fact(delivery.fact) if delivery.fact is not None
+                              else ACK if error is None else self._decide(error, job))
         try:
             try:
                 await self._transport.settle(delivery, decision)
@@ -682,7 +702,8 @@ class WorkerPool:
                             "delivered again", job.id, decision.outcome.value, describe(exc),
                             exc_info=exc)
         finally:
-            self._holding[slot] = None
+            if slot >= 0:
+                self._holding[slot] = None
             self._outstanding -= 1
             self._settled.set()
             if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
@@ -705,6 +726,15 @@ class WorkerPool:
             self._log.debug("job %s attempt %d ok in %.3fs", job.id, job.attempt, duration,
                             extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
                                    "duration": duration})
+
+    @staticmethod
+    def _decide_fact(fact: Fact) -> Dead | Cancelled:
+        """What a fact the transport found about an unrun job means."""
+        match fact:
+            case Spent(reason=reason):
+                return Dead(reason)
+            case CancelRequested():
+                return Cancelled("cancelled by an operator (jobq jobs cancel) before it ran")
 
     def _decide(self, error: BaseException, job: Job) -> RetryIn | Dead | Cancelled:
         """An operator's cancel, else the policy's decision; if deciding fails, retry with

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Ack, Job, Release, RetryIn
+from jobq.job import Ack, Dead, Job, Release, RetryIn, Spent
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import SOLO_ROUND, RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy
@@ -136,6 +136,12 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     assert await transport.receive(10, 0.01) == []  # not while another job is out
     assert session.gets == 0  # nothing taken from q.alone meanwhile: it would wait unstarted
     await transport.settle(plain, Ack())
+    # job-6's crash used up its attempts: not copied, but handed to the pool with that fact,
+    # which decides it (dead, with the transport's reason) and never runs it.
+    (spent,) = await transport.receive(10, 0.01)
+    assert spent.job.id == "job-6" and isinstance(spent.fact, Spent)
+    assert "job-6" not in {p["properties"].message_id for p in session.published}
+    await transport.settle(spent, Dead(spent.fact.reason))
     (alone,) = await transport.receive(10, 0.01)
 
     assert alone.isolate and alone.job.id == "job-7"
@@ -229,6 +235,39 @@ async def test_a_receive_cancelled_during_basic_get_gives_the_copy_back() -> Non
     (back,) = session.published
     assert back["routing_key"] == "q.alone" and headers(back)["x-jobq-attempt"] == 2
     assert session.completed == [7] and transport._out == 0  # the original acked, nothing out
+
+
+async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_stays_spent(
+        ) -> None:
+    # Its crash used up its attempts; handed back unrun (a copy, not redelivered, so the crash's
+    # mark is gone), it goes back charged: found spent again, by its attempt, never run.
+    transport, session = await consuming()
+    asked, answer = asyncio.Event(), asyncio.Event()
+    plain_get = session._get
+
+    async def slow_get(queue: str, *, no_ack: bool, timeout: float) -> Any:
+        asked.set()
+        await answer.wait()
+        return await plain_get(queue, no_ack=no_ack, timeout=timeout)
+
+    session.raw = SimpleNamespace(basic_get=slow_get)
+    session.alone.append(message(8, redelivered=True, **{"x-jobq-isolate": 1, "x-jobq-attempt": 3}))
+    transport._alone.due = True
+    receiving = asyncio.ensure_future(transport.receive(10, 0.5))
+    await asyncio.wait_for(asked.wait(), 5.0)
+    receiving.cancel()
+    answer.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await receiving
+    await asyncio.gather(*transport._tasks)
+    (back,) = session.published
+    assert back["routing_key"] == "q.alone" and headers(back)["x-jobq-attempt"] == 4
+
+    session.raw = SimpleNamespace(basic_get=plain_get)
+    transport._alone.due = True
+    (again,) = await transport.receive(10, 0.5)
+    assert again.job.id == "job-8" and isinstance(again.fact, Spent)
+    assert again.fact.reason == "attempt 4 is over max_attempts 3 (header x-jobq-attempt)"
 
 
 async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> None:

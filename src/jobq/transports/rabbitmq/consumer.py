@@ -51,7 +51,17 @@ from aiormq.abc import DeliveredMessage
 from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.job import (
+    Ack,
+    Cancelled,
+    CancelRequested,
+    Dead,
+    Decision,
+    Delivery,
+    Release,
+    RetryIn,
+    Spent,
+)
 from jobq.transport import Health
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
@@ -72,7 +82,7 @@ from jobq.transports.rabbitmq.codec import (
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.copies import Copier, CopyNacked, CopyTimeout
-from jobq.transports.rabbitmq.crashes import crash_copy
+from jobq.transports.rabbitmq.crashes import CrashCopy, crash_copy
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
@@ -334,24 +344,25 @@ class RabbitTransport:
             if delivery.malformed is None:
                 job, props = delivery.job, message.header.properties
                 deliver: Any = message.delivery
-                if job.id in self._tombstones:  # cancelled: acked unrun, as from the work queue
-                    await self._cancelled_unrun(delivery)
-                    continue
+                if job.id in self._tombstones:  # cancelled: settled unrun, as from the work queue
+                    self._cancel_requested(delivery)
                 # Not due yet: it never ran (an early message is never handed out), so no crash
                 # was its own, however often it was delivered: back through the hops, unmarked.
-                if self._early(props):
+                elif self._early(props):
                     due = due_at(props) or 0.0
                     tier = self._topology.hop(due - time.time())
                     with contextlib.suppress(TransportError):
                         await self._forward(delivery, "", tier or self._queue, {}, drop=MARKS)
                     continue
-                if crashed(props, deliver.redelivered):
-                    await self._copy_forward(delivery, marked=True)  # it ran alone: charged
-                    continue
-                if job.attempt > job.max_attempts:
-                    await self._exhausted(delivery)
-                    continue
-                delivery.isolate = True
+                elif crashed(props, deliver.redelivered):
+                    copy = crash_copy(job, isolated=True)  # it ran alone: charged
+                    if copy.dead is None:
+                        await self._copy_forward(delivery, copy)
+                        continue
+                    delivery.fact = Spent(copy.dead)
+                else:
+                    self._note_spent(delivery)
+                delivery.isolate = True  # handed back, it goes back to <q>.alone
             if not wanted[0]:
                 await self._give_back_quietly(delivery)
                 return None
@@ -398,13 +409,19 @@ class RabbitTransport:
                                       "trying again each second", describe(exc))
                 failing = True
 
-    async def _cancelled_unrun(self, delivery: Delivery) -> None:
-        handle: Handle = delivery.handle
+    def _cancel_requested(self, delivery: Delivery) -> None:
+        """A delivery with a tombstone: to the pool with that fact, to be settled unrun."""
         self.cancelled_unrun += 1
         self._log.info("job %s cancelled (jobq jobs cancel): received with a tombstone, "
-                       "acked unrun", delivery.job.id)
-        if handle.session.alive:
-            handle.session.complete(handle.tag)
+                       "settled unrun", delivery.job.id)
+        delivery.fact = CancelRequested()
+
+    def _note_spent(self, delivery: Delivery) -> None:
+        """An attempt header over max_attempts (a foreign producer): to the pool with that fact."""
+        job = delivery.job
+        if job.attempt > job.max_attempts:
+            delivery.fact = Spent(f"attempt {job.attempt} is over max_attempts "
+                                  f"{job.max_attempts} (header {ATTEMPT})")
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
@@ -476,8 +493,11 @@ class RabbitTransport:
     async def _give_back(self, delivery: Delivery) -> None:
         # A release does not wait for a broker that takes no publishes: one release waiting
         # out rabbitmq.publish_timeout is enough to know (shutdown releases them one by one).
+        # One whose attempts are spent goes back charged, so that it is found spent again (a
+        # copy is not redelivered: a crash's mark would not be seen on it).
         home = self._alone.name if delivery.isolate else self._queue
-        await self._forward(delivery, "", home, {ATTEMPT: delivery.job.attempt}, patient=False)
+        attempt = delivery.job.attempt + (1 if isinstance(delivery.fact, Spent) else 0)
+        await self._forward(delivery, "", home, {ATTEMPT: attempt}, patient=False)
 
     async def _forward(self, delivery: Delivery, exchange: str, routing_key: str,
                        headers: dict[str, Any], drop: tuple[str, ...] = (), *,
@@ -706,7 +726,8 @@ class RabbitTransport:
         if delivery.malformed is None:
             job, props = delivery.job, message.header.properties
             if self._tombstones.ids and job.id in self._tombstones:
-                self._spawn(self._cancelled_unrun(delivery))
+                self._cancel_requested(delivery)
+                self._arrive(delivery)
                 return
             deliver: Any = message.delivery
             redelivered: bool = deliver.redelivered
@@ -721,13 +742,16 @@ class RabbitTransport:
             # queue a first one runs again with the others (marked), a second one alone.
             if crashed(props, redelivered) or isolated(props):
                 first = self._strikes and not isolated(props) and not suspected(props)
-                copying = self._spawn(self._copy_forward(delivery, marked=False, first=first))
+                copy = crash_copy(job, isolated=False, first=first)  # never dead: unmarked
+                copying = self._spawn(self._copy_forward(delivery, copy))
                 self._copying.add(copying)
                 copying.add_done_callback(self._copying.discard)
                 return
-            if job.attempt > job.max_attempts:
-                self._spawn(self._exhausted(delivery))
-                return
+            self._note_spent(delivery)
+        self._arrive(delivery)
+
+    def _arrive(self, delivery: Delivery) -> None:
+        """For the pool's next receive."""
         self._arrived.append(delivery)
         if self._waiter is not None:
             _resolve(self._waiter)
@@ -764,8 +788,7 @@ class RabbitTransport:
             await self._give_back_quietly(delivery)
             return
         if delivery.job.id in self._tombstones:  # cancelled while it was held
-            await self._cancelled_unrun(delivery)
-            return
+            self._cancel_requested(delivery)
         self._arrived.append(delivery)
         self._wake()
 
@@ -780,39 +803,26 @@ class RabbitTransport:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _copy_forward(self, delivery: Delivery, *, marked: bool, first: bool = False) -> None:
-        """A crash redelivery: copy it to ``<q>.alone`` (a classic queue's first one: back to
-        the work queue, marked suspect), or bury it (see rmq crashes)."""
+    async def _copy_forward(self, delivery: Delivery, copy: CrashCopy) -> None:
+        """A crash redelivery: its copy to ``<q>.alone`` (a classic queue's first one: back to
+        the work queue, marked suspect; see rmq crashes). One whose crashes used up its
+        attempts is not copied: it goes to the pool with that fact (``Spent``)."""
         job = delivery.job
-        copy = crash_copy(job, isolated=marked, first=first)
         try:
-            if copy.dead is not None:
-                self._log.warning("job %s: %s; dead-lettered", job.id, copy.dead)
-                await self._bury(delivery, copy.dead)
-                return
             if copy.suspect:
                 self._log.debug("job %s came back redelivered; it runs again, alone if it comes "
                                 "back once more", job.id)
                 await self._forward(delivery, "", self._queue, {ATTEMPT: copy.attempt, SUSPECT: 1})
                 return
+            charged = copy.attempt > job.attempt
             self._log.info("job %s was in flight when a consumer died or lost its channel; "
                            "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
-                           job.max_attempts, ", that crash counted" if marked else "")
+                           job.max_attempts, ", that crash counted" if charged else "")
             await self._forward(delivery, "", self._alone.name, {ATTEMPT: copy.attempt, ISOLATE: 1},
                                 drop=(SUSPECT,))
             self._alone.due = True
         except TransportError as exc:
             self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))
-
-    async def _exhausted(self, delivery: Delivery) -> None:
-        """An attempt header over max_attempts (a foreign producer): dead-letter without running."""
-        job = delivery.job
-        reason = f"attempt {job.attempt} is over max_attempts {job.max_attempts} (header {ATTEMPT})"
-        self._log.warning("job %s: %s; dead-lettered", job.id, reason)
-        try:
-            await self._bury(delivery, reason)
-        except TransportError as exc:
-            self._log.error("could not dead-letter job %s (%s)", job.id, describe(exc))
 
     async def _start_session(self) -> None:
         """Open channels on the link, declare, set the prefetch and consume."""
