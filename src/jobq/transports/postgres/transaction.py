@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn, Spent
 from jobq.sizing import BufferSizer
 from jobq.transport import Health
 from jobq.transports.postgres.admin import pool_fetch, require_schema
@@ -327,7 +327,11 @@ class PgTransactionTransport:
         await self._fail(delivery.handle, "pending", delay, reason)
 
     async def _dead(self, delivery: Delivery, reason: str) -> None:
-        """Roll the handler's writes back; status dead, ``last_error`` = reason."""
+        """Roll the handler's writes back; status dead, ``last_error`` = reason. One whose
+        attempts were spent before it ran is buried with the attempts its crashes used."""
+        if isinstance(delivery.fact, Spent):
+            await self._bury(delivery.handle, reason)
+            return
         await self._fail(delivery.handle, "dead", 0.0, reason)
 
     async def resume(self) -> None:
@@ -642,31 +646,28 @@ class PgTransactionTransport:
             # cursor past them, and a --once drain would end without them.
             self._sweep_again()
 
-    async def _deliver(self, conn: Conn, row: Row) -> Delivery | None:
-        """The delivery of a taken job, or None if its attempts were all used up by crashes."""
+    async def _deliver(self, conn: Conn, row: Row) -> Delivery:
+        """The delivery of a taken job; one whose attempts were all used up by crashes (every
+        earlier start's consumer died before settling it) goes to the pool with that fact."""
         count = take_count(row)
         job_id, attempt, max_attempts = int(row[0]), int(row[4]) + count, int(row[5])
-        if attempt > max_attempts:  # every earlier start's consumer died before settling it
-            await self._bury(conn, job_id, attempt - 1)
-            return None
-        delivery = row_to_delivery((*row[:4], attempt, *row[5:7]), self._queue, self._limits)
+        spent = attempt > max_attempts
+        used = attempt - 1 if spent else attempt  # a start that will not run does not count
+        delivery = row_to_delivery((*row[:4], used, *row[5:7]), self._queue, self._limits)
         delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined))
         delivery.handle = Claim(conn, job_id, attempt, count, row[PICKED])
+        if spent:
+            delivery.fact = Spent(f"the consumer died or lost its connection during each of its "
+                                  f"{used} attempts (transaction mode)")
         return delivery
 
-    async def _bury(self, conn: Conn, job_id: int, attempts: int) -> None:
-        """Dead, unrun: every attempt was started by a consumer that died before settling it."""
-        try:
-            with translated("postgres bury"):
-                await conn.execute(self._sql["txn_bury"], {"id": job_id, "attempts": attempts})
-                await conn.commit()
-        except TransportError as exc:  # rolled back: a later sweep buries it
-            self._log.warning("could not dead-letter job %d: %s", job_id, exc)
-        else:
-            self.buried += 1
-            self._log.warning("job %d dead: the consumer died or lost its connection during each "
-                              "of its %d attempts", job_id, attempts)
-        await self._give_back(conn)
+    async def _bury(self, claim: Claim, reason: str) -> None:
+        """Dead, unrun, with the attempts its crashed starts used (this take's does not count)."""
+        async with self._settling(claim, "dead"):
+            await claim.conn.execute(self._sql["txn_bury"], {
+                "id": claim.job_id, "attempts": claim.attempt - 1, "reason": storable(reason)})
+            await claim.conn.commit()
+        self.buried += 1
 
     async def _give_back(self, conn: Conn) -> None:
         """Back to the pool, its transaction ended first (at most once per claim)."""

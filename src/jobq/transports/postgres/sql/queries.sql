@@ -395,11 +395,11 @@ UPDATE {jobs} AS j
 -- name: txn_bury
 -- In the transaction of a take whose pick found every attempt already used by consumers
 -- that died mid-job (their transactions rolled back; only the picks' counts stayed): dead,
--- unrun, with the attempts they used (this pick's start does not count).
+-- unrun, with the attempts they used (this pick's start does not count), for the reason the
+-- pool decided.
 UPDATE {jobs}
    SET status = 'dead', finished_at = now(), attempts = %(attempts)s::int, locked_until = NULL,
-       last_error = 'the consumer died or lost its connection during each of its '
-                    || %(attempts)s::int || ' attempts (transaction mode)'
+       last_error = %(reason)s
  WHERE id = %(id)s;
 
 -- name: txn_sweep_start
