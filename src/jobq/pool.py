@@ -51,7 +51,7 @@ STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends 
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
 INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
-CANCEL_POLL = 1.0  # seconds between asks of which running jobs an operator cancelled
+CANCEL_LOOK = 0.2  # seconds between looks at which running jobs an operator cancelled
 
 
 class PoolObserver(Protocol):
@@ -602,32 +602,29 @@ class WorkerPool:
         return _ours(self._withdrawing, slot, task)
 
     async def _watch_cancels(self) -> None:
-        """About once a second while jobs run, ask the transport which of them an operator
-        cancelled, and cancel those handlers (settled as cancelled: ``_work``, ``_settle``)."""
+        """Every CANCEL_LOOK while jobs run, look at the jobs the transport knows an operator
+        cancelled (a fact it reads about once a second) and cancel those handlers (settled
+        as cancelled: ``_work``, ``_settle``)."""
         failing = False
         while True:
-            await asyncio.sleep(CANCEL_POLL)
-            running = {slot: d for slot in list(self._started_at)
-                       if (d := self._holding[slot]) is not None}
-            if not running:
+            await asyncio.sleep(CANCEL_LOOK)
+            if not self._started_at:
                 continue
             try:
-                found = await self._transport.cancelled(list(running.values()))
-            except Exception as exc:  # asked again next time; a bug must not end the asking
+                cancelled = self._transport.health().cancelled
+            except Exception as exc:  # looked at again next time; a bug must not end the looking
                 if not failing:
-                    self._log.warning("could not ask which running jobs were cancelled (%s); "
-                                      "asking again each second", describe(exc),
-                                      exc_info=None if isinstance(exc, TransportError) else exc)
+                    self._log.warning("could not look at which running jobs were cancelled (%s)",
+                                      describe(exc), exc_info=exc)
                 failing = True
                 continue
             failing = False
-            for delivery in found:
-                for slot, held in running.items():
-                    if (held is delivery and self._holding[slot] is delivery
-                            and slot in self._started_at and slot not in self._expiring
-                            and slot not in self._withdrawing):
-                        self._withdrawing.add(slot)
-                        self._workers[slot].cancel()
+            for slot in list(self._started_at) if cancelled else ():
+                delivery = self._holding[slot]
+                if (delivery is not None and delivery.job.id in cancelled
+                        and slot not in self._expiring and slot not in self._withdrawing):
+                    self._withdrawing.add(slot)
+                    self._workers[slot].cancel()
 
     async def _work(self, slot: int) -> None:
         queue, handler, started_at, expiring = self._queue, self._handler, self._started_at, self._expiring

@@ -8,6 +8,7 @@ mypy checks that each conforms (``container._conforming``), and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -59,14 +60,10 @@ class Transport(Protocol):
     async def resume(self) -> None:
         """Take jobs again after ``quiesce`` (the queue was resumed)."""
 
-    async def cancelled(self, running: Sequence[Delivery]) -> Sequence[Delivery]:
-        """Those of ``running`` (started, not settled) that an operator cancelled
-        (``jobq jobs cancel``). The pool asks about once a second while jobs run, cancels
-        those handlers at their next await and settles them ``Cancelled``."""
-
     def health(self) -> Health:
-        """Whether the transport knows its server connection to be up, and its own event
-        counts (``metrics.TRANSPORT_COUNTERS``): read at scrape and by /readyz, no round trip."""
+        """Whether the transport knows its server connection to be up, its own event counts
+        (``metrics.TRANSPORT_COUNTERS``), and which jobs an operator cancelled: read at scrape,
+        by /readyz and by the pool, with no round trip (safe from another thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +72,10 @@ class Health:
 
     connected: bool  # False while the transport knows its connection to the server is down
     counters: Mapping[str, int] = field(default_factory=dict)  # event counts by name
+    # Ids of jobs an operator cancelled (``jobq jobs cancel``), as last read; it may name jobs
+    # this consumer does not run. A fact: the pool cancels the handlers of those it runs, at
+    # their next await, and settles them Cancelled.
+    cancelled: AbstractSet[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from jobq import Job
-from jobq.pool import CANCEL_POLL
+from jobq.pool import CANCEL_LOOK
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from tests.unit.test_pool import make_pool
 
@@ -30,7 +30,7 @@ async def test_a_cancelled_running_job_stops_at_its_next_await_and_ends_cancelle
     run = asyncio.create_task(pool.run())
     await victim_running.wait()
     store.entries[victim].cancel_requested = True
-    stats = await asyncio.wait_for(run, CANCEL_POLL + 2)
+    stats = await asyncio.wait_for(run, CANCEL_LOOK + 2)
     assert finished == [other]
     assert store.entries[victim].status == "cancelled"
     assert store.entries[victim].history == ["cancel"]  # never retried
@@ -52,7 +52,7 @@ async def test_a_handler_that_swallows_the_cancel_and_returns_is_done() -> None:
     run = asyncio.create_task(pool.run())
     await running.wait()
     store.entries[job_id].cancel_requested = True
-    stats = await asyncio.wait_for(run, CANCEL_POLL + 2)
+    stats = await asyncio.wait_for(run, CANCEL_LOOK + 2)
     assert store.entries[job_id].status == "done" and stats.ok == 1 and stats.cancelled == 0
 
 
@@ -69,7 +69,10 @@ async def test_a_shutdown_during_a_cancel_still_settles_the_job_once() -> None:
     run = asyncio.create_task(pool.run())
     await running.wait()
     store.entries[job_id].cancel_requested = True
-    await asyncio.sleep(CANCEL_POLL + 0.3)
+    deadline = time.monotonic() + CANCEL_LOOK + 5
+    while store.entries[job_id].status == "running":  # the cancel seen and being settled
+        assert time.monotonic() < deadline, "the cancel was not seen"
+        await asyncio.sleep(0.005)
     pool.stop()
     await asyncio.wait_for(run, 5)
     assert len(store.entries[job_id].history) == 1, store.entries[job_id].history

@@ -72,8 +72,11 @@ class MemoryTransport:
         """Nothing to flush."""
 
     def health(self) -> Health:
-        """``connected`` as a test set it; no counters (nothing is rescued, reconnected or stale)."""
-        return Health(self.connected)
+        """``connected`` as a test set it; no counters (nothing is rescued, reconnected or
+        stale); the running jobs whose entry has ``cancel_requested`` set."""
+        entries = list(self.store.entries.values())  # one step: the metrics thread reads it too
+        return Health(self.connected, cancelled=frozenset(
+            e.id for e in entries if e.cancel_requested and e.status == "running"))
 
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Claim due pending entries; wait up to ``timeout`` for one to appear."""
@@ -134,10 +137,6 @@ class MemoryTransport:
     async def resume(self) -> None:
         """Only recorded, for tests."""
         self.calls.append(("resume", ""))
-
-    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
-        """Those of ``running`` whose entry has ``cancel_requested`` set."""
-        return [d for d in running if d.handle.cancel_requested]
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Mark cancelled with the reason."""

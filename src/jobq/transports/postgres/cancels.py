@@ -1,24 +1,51 @@
 """Cancel requests (``jobq jobs cancel`` of a running job), as both claim modes read them.
 
 The command cannot write a running job's row (in transaction mode the job's own transaction
-holds it), so it leaves a request in ``<schema>.cancels`` (migration 10). The pool asks its
-transport about once a second which of its running jobs have one (``Transport.cancelled``);
-this is that question, one statement for all of them.
+holds it), so it leaves a request in ``<schema>.cancels`` (migration 10). A consumer reads,
+about once a second while it holds jobs, which of them have one: one statement for all of
+them, on a pool connection of its own (in transaction mode each job's is busy with the job).
+What it found is a fact the transport reports (``Health.cancelled``); the pool cancels those
+it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+from collections.abc import Callable, Collection
 
-from jobq.job import Delivery
+from jobq.errors import TransportError, describe
 from jobq.transports.postgres.connect import Fetch
 
+CANCEL_POLL = 1.0  # seconds between reads of the cancel requests for the jobs held
 
-async def cancel_requested(fetch: Fetch, running: Sequence[Delivery]) -> list[Delivery]:
-    """Those of ``running`` with a cancel request; ``fetch(name, params)`` runs the named
-    statement with the transport's deadline and returns its rows."""
-    by_id = {int(d.job.id): d for d in running if d.job.id.isdigit()}
-    if not by_id:
-        return []
-    rows = await fetch("cancels_held", {"ids": list(by_id)})
-    return [by_id[row[0]] for row in rows if row[0] in by_id]
+
+class CancelWatch:
+    """The ids, among ``held()``, that have a cancel request, as last read (``ids``)."""
+
+    def __init__(self, fetch: Fetch, held: Callable[[], Collection[int]],
+                 logger: logging.Logger) -> None:
+        self._fetch = fetch
+        self._held = held
+        self._log = logger
+        self.ids: frozenset[str] = frozenset()  # replaced whole: read from the metrics thread too
+
+    async def run(self) -> None:
+        """Read again each CANCEL_POLL until cancelled; a failed read keeps the last answer."""
+        failing = False
+        while True:
+            await asyncio.sleep(CANCEL_POLL)
+            held = [job_id for job_id in self._held()]
+            if not held:
+                self.ids = frozenset()
+                continue
+            try:
+                rows = await self._fetch("cancels_held", {"ids": held})
+            except TransportError as exc:  # asked again next time
+                if not failing:
+                    self._log.warning("could not read which running jobs were cancelled (%s); "
+                                      "reading again each second", describe(exc))
+                failing = True
+                continue
+            failing = False
+            self.ids = frozenset(str(row[0]) for row in rows)

@@ -47,6 +47,10 @@ class Held:
         """A claim took the jobs ``ids`` (a newer claim of a job replaces the older one)."""
         self._by_id.update((job_id, token) for job_id in ids)
 
+    def ids(self) -> list[int]:
+        """The ids of the jobs held."""
+        return list(self._by_id)
+
     def leases(self) -> list[Lease]:
         """Every lease held now."""
         return list(self._by_id.items())

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -25,7 +25,7 @@ from jobq.errors import ConnectionLost, TransportError, describe
 from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 from jobq.transport import Health
 from jobq.transports.postgres.admin import require_schema
-from jobq.transports.postgres.cancels import cancel_requested
+from jobq.transports.postgres.cancels import CancelWatch
 from jobq.transports.postgres.connect import consumer_id, pooled
 from jobq.transports.postgres.cursor import ClaimCursor, Key
 from jobq.transports.postgres.decode import row_to_delivery
@@ -79,6 +79,10 @@ class PostgresTransport:
         self._acks: list[Lease] = []
         self._acks_waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Which held jobs an operator cancelled: one probe a second of a table that is empty
+        # unless an operator just asked.
+        self._cancels = CancelWatch(functools.partial(self._run, fetch=True), self._held.ids,
+                                    self._log)
         self.rescued = 0  # expired leases freed by this consumer
         self.reconnects = 0  # LISTEN and pool connections regained after a loss
         self.stale = 0  # outcomes not written: the job's lease had expired
@@ -90,7 +94,8 @@ class PostgresTransport:
         leases, reconnects, stale settles, lost leases and pruned jobs (exported as metrics)."""
         return Health(not self._lost, {
             "rescued": self.rescued, "reconnects": self.reconnects, "stale": self.stale,
-            "leases_lost": self.leases_lost, **(self._pruner.counters() if self._pruner else {})})
+            "leases_lost": self.leases_lost, **(self._pruner.counters() if self._pruner else {})},
+            self._cancels.ids)
 
     async def open(self) -> None:
         """Rescue expired leases once, then start the ack flusher, the heartbeat/rescue loop and
@@ -101,6 +106,7 @@ class PostgresTransport:
         await self._rescue()
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="jobq-pg-acks"))
         self._tasks.append(asyncio.create_task(self._maintain(), name="jobq-pg-lease"))
+        self._tasks.append(asyncio.create_task(self._cancels.run(), name="jobq-pg-cancels"))
         self._tasks.extend(start(self._pruner))
         if self._cfg.notify:
             self._tasks.append(asyncio.create_task(self._listen(), name="jobq-pg-listen"))
@@ -222,11 +228,6 @@ class PostgresTransport:
 
     async def resume(self) -> None:
         """Nothing to do: the pool's next receive claims again."""
-
-    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
-        """Those of ``running`` with a cancel request (`jobq jobs cancel`): one probe per job of
-        a table that is empty unless an operator just asked."""
-        return await cancel_requested(functools.partial(self._run, fetch=True), running)
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Status cancelled, ``last_error`` = reason, the request deleted."""

@@ -26,7 +26,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import psycopg
@@ -40,7 +40,7 @@ from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn,
 from jobq.sizing import BufferSizer
 from jobq.transport import Health
 from jobq.transports.postgres.admin import pool_fetch, require_schema
-from jobq.transports.postgres.cancels import cancel_requested
+from jobq.transports.postgres.cancels import CancelWatch
 from jobq.transports.postgres.claims import (
     GRACE,
     OPEN,
@@ -102,7 +102,6 @@ class PgTransactionTransport:
         self._joined = Joined(queries, queue, max_attempts, self._limits)
         self._channel = queries.channel
         self._sql = {name: queries[name].as_bytes(None) for name in STATEMENTS}
-        self._look = pool_fetch(pool, queries, settings.network_deadline)  # cancels_held
         self._fail_sql = b"; ".join(queries[name].as_bytes(None)
                                     for name in ("txn_undo", "txn_fail", "txn_commit"))
         self._log = logger or logging.getLogger("jobq.postgres")
@@ -119,7 +118,7 @@ class PgTransactionTransport:
         self._picking = 0  # picks under way
         self._claiming: set[asyncio.Task[Delivery | None]] = set()
         self._ready: list[Delivery] = []  # claimed for a free worker, not yet handed out
-        self._delivered = 0  # handed out and not yet settled
+        self._out: set[int] = set()  # the ids of the jobs handed out and not yet settled
         self._error: BaseException | None = None  # a failed claim, raised when nothing else is left
         self._dry = False  # the last claim found nothing: wait for news before claiming again
         self._width = 1  # jobs a pick asks for: 1 after one found nothing, doubled as they find
@@ -130,6 +129,9 @@ class PgTransactionTransport:
         self._news = False  # a NOTIFY came since the sweep began
         self._claim_done = asyncio.Event()  # a claim task finished
         self._tasks: list[asyncio.Task[None]] = []
+        # Which running jobs an operator cancelled, asked on a pool connection of its own.
+        self._cancels = CancelWatch(pool_fetch(pool, queries, settings.network_deadline),
+                                    lambda: self._out, self._log)
         self.buried = 0  # dead-lettered unrun: every attempt's consumer died before settling
         self._paused = False  # no job is taken with an ack's COMMIT while paused or closing
         self._closing = False
@@ -139,7 +141,8 @@ class PgTransactionTransport:
         settle or the next claim, which the pool reports (``consuming``). Jobs buried unrun
         and jobs pruned (exported as metrics)."""
         return Health(True, {"buried": self.buried,
-                             **(self._pruner.counters() if self._pruner else {})})
+                             **(self._pruner.counters() if self._pruner else {})},
+                      self._cancels.ids)
 
     async def open(self) -> None:
         """Check and open the connections the workers will hold; fix a --once sweep's end."""
@@ -169,6 +172,7 @@ class PgTransactionTransport:
                 self._cfg.dsn, self._connect, self._channel, self._queue, self._notify, self._log,
                 network_timeout=self._cfg.network_deadline), name="jobq-pg-listen"))
         self._tasks.extend(start(self._pruner))
+        self._tasks.append(asyncio.create_task(self._cancels.run(), name="jobq-pg-cancels"))
         self._log.info("transaction mode: up to %d jobs at once, each in its own transaction "
                        "(pool of %d connections)", self._slots, size)
 
@@ -209,7 +213,7 @@ class PgTransactionTransport:
             self._start_claims(max_count)
             if self._ready:
                 handed, self._ready = self._ready[:max_count], self._ready[max_count:]
-                self._delivered += len(handed)
+                self._out.update(delivery.handle.job_id for delivery in handed)
                 return handed
             if self._claiming:  # never report "nothing" while a claim may still find a job
                 self._claim_done.clear()
@@ -269,7 +273,7 @@ class PgTransactionTransport:
     def _chained_spare(self) -> Row | None:
         """A job picked ahead for the worker this ack frees, to take with the COMMIT (or None)."""
         self._drop_stale()
-        free = (self._slots - self._delivered + 1 - self._asked - len(self._claiming)
+        free = (self._slots - len(self._out) + 1 - self._asked - len(self._claiming)
                 - len(self._ready))
         if (not self._spares or free <= 0 or self._paused or self._closing
                 or self._error is not None or not self._claim.chains):
@@ -305,7 +309,7 @@ class PgTransactionTransport:
             self._spawn(self._hand_back([row], "a take with a failed COMMIT"))
             raise
         claim.let_go = True  # its connection is the next job's from here on
-        self._delivered -= 1
+        self._out.discard(claim.job_id)
         self._wake.set()
         delivery = await self._taken(conn, row, taken)
         if delivery is not None:
@@ -354,11 +358,6 @@ class PgTransactionTransport:
             rows = [row for row, _ in self._spares]
             self._spares.clear()
             await self._hand_back(rows)
-
-    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
-        """Those of ``running`` with a cancel request (`jobq jobs cancel`), asked on a pool
-        connection of its own (each job's is busy with the job)."""
-        return await cancel_requested(self._look, running)
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Roll the handler's writes back; status cancelled, the request deleted."""
@@ -422,7 +421,7 @@ class PgTransactionTransport:
             await self._settled(claim)
 
     async def _settled(self, claim: Claim) -> None:
-        self._delivered -= 1
+        self._out.discard(claim.job_id)
         await self._let_go(claim)
         self._wake.set()  # a receive waiting for a free worker slot may go on
 
@@ -443,7 +442,7 @@ class PgTransactionTransport:
         flight is already for."""
         if self._error is not None:
             return
-        room = (min(max_count, self._slots - self._delivered) - self._asked
+        room = (min(max_count, self._slots - len(self._out)) - self._asked
                 - len(self._claiming) - len(self._ready))
         room = self._take_spares(room)
         if self._dry:

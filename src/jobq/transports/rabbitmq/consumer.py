@@ -42,7 +42,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -163,7 +163,8 @@ class RabbitTransport:
         """Connected while a session is consuming (not from a lost one until it resumes);
         stale settles, reconnects and jobs acked unrun as cancelled (exported as metrics)."""
         return Health(self._resumed.is_set(), {"stale": self.stale, "reconnects": self.reconnects,
-                                               "cancelled_unrun": self.cancelled_unrun})
+                                               "cancelled_unrun": self.cancelled_unrun},
+                      self._tombstones.ids.keys())
 
     @property
     def blocked(self) -> bool:
@@ -385,11 +386,6 @@ class RabbitTransport:
             if not (session.alive and session.tracker.waiting):
                 return
             await asyncio.sleep(self._cfg.ack_interval)
-
-    async def cancelled(self, running: Sequence[Delivery]) -> list[Delivery]:
-        """Those of ``running`` whose id has a tombstone (as last read: no round trip)."""
-        tombstones = self._tombstones
-        return [d for d in running if d.job.id in tombstones] if tombstones.ids else []
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Ack: the job is gone from the queue (its tombstone stays until it expires)."""
