@@ -76,6 +76,12 @@ class FakeSession:
     def complete(self, tag: int) -> None:
         self.completed.append(tag)
 
+    def hold_acks(self) -> None:
+        self.holding = True
+
+    def send_acks(self) -> None:
+        self.holding = False
+
 
 def message(tag: int, *, redelivered: bool = False, **headers: Any) -> Any:
     props = Basic.Properties(message_id=f"job-{tag}", message_type="k", headers={

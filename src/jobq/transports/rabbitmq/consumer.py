@@ -215,7 +215,7 @@ class RabbitTransport:
         counted (seen with quorum queues). So acks are held from here on, deliveries made
         room for by the last acks get QUIET seconds to land, and only then the cancel goes.
         """
-        session.holding = True
+        session.hold_acks()
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, session.last_ack + QUIET - loop.time()))
         await session.cancel_consumer()
@@ -223,7 +223,7 @@ class RabbitTransport:
             await asyncio.sleep(0)
         while self._arrived and session.alive:
             await self._give_back_quietly(self._arrived.popleft())
-        session.holding = False
+        session.send_acks()
 
     async def quiesce(self) -> None:
         """Cancel the consumer and release what arrived and was not handed out (at a pause

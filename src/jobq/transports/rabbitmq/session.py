@@ -72,6 +72,21 @@ class Session:
         if owed == 1 or owed >= self._ack_batch:  # arm the timer, or the batch is full
             self.wake.set()
 
+    def hold_acks(self) -> None:
+        """Send no ack until ``send_acks`` (each would make room for another delivery)."""
+        self.holding = True
+
+    def send_acks(self) -> None:
+        """End ``hold_acks``: what was completed meanwhile goes out with the next batch.
+
+        The ack loop is woken: it slept through the hold, and the completions made during it
+        only wake it for the first one owed, so without this they waited for the next
+        completion to wake it (a paused consumer may make none: its acks stayed unsent, and
+        a quorum queue handed those deliveries out again once the consumer resumed)."""
+        self.holding = False
+        if self.tracker.waiting:
+            self.wake.set()
+
     async def requeue(self, tag: int) -> None:
         """Give ``tag`` back to the queue now (nack, requeue); the broker counts a delivery."""
         if not self.alive:
