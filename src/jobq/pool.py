@@ -635,7 +635,9 @@ class WorkerPool:
             delivery = await queue.get()
             if delivery is None or self._forced:
                 return
-            if self._paused:  # not started: handed back with the rest (_hold), or run at resume
+            if self._paused or self._stop.is_set():
+                # Not started: handed back with the rest (_hold, or at a stop: a worker freed
+                # between the stop and the hand-back starts nothing new), or run at resume.
                 self._held_back.append(delivery)
                 continue
             holding[slot] = delivery
