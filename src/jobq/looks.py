@@ -23,6 +23,14 @@ def _retrieve(task: asyncio.Future[T]) -> None:
         task.exception()  # a dropped look's failure is not an unretrieved error
 
 
+async def uncut(look: Awaitable[T]) -> T:
+    """``look``'s answer; a cancel of the caller ends its wait at once, and ``look`` runs on to
+    its end (its own deadline bounds it) with its answer dropped."""
+    running = asyncio.ensure_future(look)
+    running.add_done_callback(_retrieve)
+    return await asyncio.shield(running)
+
+
 class Look(Generic[T]):
     """Runs ``look`` at most once at a time, each caller waiting at most ``timeout``."""
 

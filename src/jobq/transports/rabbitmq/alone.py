@@ -15,12 +15,12 @@ charged them a crash they never had, until innocent jobs died.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from jobq.looks import uncut
 from jobq.transports.rabbitmq.connect import translated
 
 POLL = 1.0  # how often a consumer looks at <q>.alone's depth while it believes it empty
@@ -37,10 +37,13 @@ class AloneQueue:
         self._timeout = timeout  # rabbitmq.publish_timeout: a deadline for each call
 
     async def count(self, channel: Any) -> int:
-        """Ready messages in the queue (passive declare on ``channel``, an aio-pika channel)."""
+        """Ready messages in the queue (passive declare on ``channel``, an aio-pika channel).
+
+        Never cut by the caller's cancel (the watcher's, at close): cut in the middle, the
+        declare closes ``channel``, the consuming one, and with it the acks not yet sent."""
         with translated("rabbitmq alone queue depth"):
-            async with asyncio.timeout(self._timeout):
-                queue = await channel.declare_queue(self.name, passive=True)
+            queue = await uncut(channel.declare_queue(self.name, passive=True,
+                                                      timeout=self._timeout))
         return int(queue.declaration_result.message_count or 0)
 
     async def take(self, raw: Any) -> DeliveredMessage | None:

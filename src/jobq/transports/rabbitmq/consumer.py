@@ -62,6 +62,7 @@ from jobq.job import (
     RetryIn,
     Spent,
 )
+from jobq.looks import uncut
 from jobq.transport import Health
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
@@ -685,9 +686,9 @@ class RabbitTransport:
         """Ready messages in the work queue and ``<q>.alone`` (``due`` set if it holds any)."""
         try:
             # On the consuming connection: a blocked one reads nothing, not even a declare.
-            with translated("rabbitmq queue depth"):
-                async with asyncio.timeout(self._cfg.publish_timeout):
-                    queue = await session.consume.declare_queue(self._queue, passive=True)
+            with translated("rabbitmq queue depth"):  # never cut: see Alone.count
+                queue = await uncut(session.consume.declare_queue(
+                    self._queue, passive=True, timeout=self._cfg.publish_timeout))
             alone = await self._alone.count(session.consume)
         except (TransportError, TimeoutError):
             return 1  # cannot tell: not drained as far as we know
