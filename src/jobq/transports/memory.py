@@ -32,6 +32,8 @@ class Entry:
     last_error: str | None = None
     cancel_requested: bool = False  # set by a test, as `jobq jobs cancel` of a running job
     history: list[str] = field(default_factory=list)
+    priority: int = 0  # 0-9: a due job of a higher one is handed out first
+    isolate: bool = False  # its consumer was lost while it ran: it runs alone next time
 
 
 class MemoryStore:
@@ -42,11 +44,12 @@ class MemoryStore:
         self._ids = itertools.count(1)
         self.changed = asyncio.Event()
 
-    def add(self, kind: str, payload: Any, *, max_attempts: int = 5, delay: float = 0.0) -> str:
+    def add(self, kind: str, payload: Any, *, max_attempts: int = 5, delay: float = 0.0,
+            priority: int = 0) -> str:
         """Enqueue a job (``payload`` may be anything, to model malformed input)."""
         job_id = str(next(self._ids))
         self.entries[job_id] = Entry(job_id, kind, payload, max_attempts,
-                                     run_at=time.monotonic() + delay)
+                                     run_at=time.monotonic() + delay, priority=priority)
         self.changed.set()
         return job_id
 
@@ -56,7 +59,9 @@ class MemoryStore:
 
 
 class MemoryTransport:
-    """Transport over a MemoryStore, with the same semantics as the Postgres lease mode."""
+    """Transport over a MemoryStore, with the same semantics as the Postgres lease mode: due
+    jobs by priority, then in order; a job handed out and not settled when its transport
+    closes (its consumer lost) goes back, its attempt not counted, to run alone."""
 
     connected = True  # nothing to lose; tests set it to model a lost connection
 
@@ -64,12 +69,21 @@ class MemoryTransport:
         self.store = store
         self.queue = queue
         self.calls: list[tuple[str, str]] = []
+        self._out: dict[str, Entry] = {}  # handed out, not settled
 
     async def open(self) -> None:
         """Nothing to connect."""
 
     async def close(self) -> None:
-        """Nothing to flush."""
+        """As a server whose consumer's connection closed: what was handed out and not
+        settled goes back, attempt not counted (the loss may not be the job's), to run alone."""
+        for entry in self._out.values():
+            if entry.status == "running":
+                entry.status, entry.isolate = "pending", True
+                entry.attempts -= 1
+                entry.history.append("lost")
+        self._out.clear()
+        self.store.changed.set()
 
     def health(self) -> Health:
         """``connected`` as a test set it; no counters (nothing is rescued, reconnected or
@@ -84,8 +98,9 @@ class MemoryTransport:
         while True:
             self.store.changed.clear()
             now = time.monotonic()
-            due = [e for e in self.store.entries.values()
-                   if e.status == "pending" and e.run_at <= now][:max_count]
+            due = sorted((e for e in self.store.entries.values()
+                          if e.status == "pending" and e.run_at <= now),
+                         key=lambda e: -e.priority)[:max_count]  # stable: in order within one
             if due or now >= deadline:
                 return [self._deliver(e) for e in due]
             with contextlib.suppress(TimeoutError):
@@ -94,13 +109,14 @@ class MemoryTransport:
     def _deliver(self, entry: Entry) -> Delivery:
         entry.status = "running"
         entry.attempts += 1
+        self._out[entry.id] = entry
         payload = entry.payload
         malformed = None if isinstance(payload, Mapping) else (
             f"payload is not a JSON object (got {type(payload).__name__})")
         job = Job(id=entry.id, queue=self.queue, kind=entry.kind,
                   payload=payload if malformed is None else {}, attempt=entry.attempts,
                   max_attempts=entry.max_attempts)
-        return Delivery(job=job, handle=entry, malformed=malformed)
+        return Delivery(job=job, handle=entry, malformed=malformed, isolate=entry.isolate)
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
@@ -146,12 +162,15 @@ class MemoryTransport:
         """Back to pending, attempt not counted."""
         entry = self._settle(delivery, "pending", "release")
         entry.attempts -= 1
+        entry.isolate = delivery.isolate  # one that was to run alone still is
 
     def _settle(self, delivery: Delivery, status: str, call: str) -> Entry:
         entry: Entry = delivery.handle
         if entry.status != "running":
             raise AssertionError(f"job {entry.id} settled twice ({call} after {entry.history})")
         entry.status = status
+        entry.isolate = False
+        self._out.pop(entry.id, None)
         entry.history.append(call)
         self.calls.append((call, entry.id))
         self.store.changed.set()
@@ -181,7 +200,7 @@ class MemoryPublisher:
         if problem:
             raise MalformedJob(problem)
         return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
-                              delay=wait_of(job, datetime.now(UTC)))
+                              delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
                            timeout: float | None = None,
