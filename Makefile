@@ -1,4 +1,6 @@
 # make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests.
+# make test-under-load: the same tests (not the lint) with two CPU-burning processes beside
+#   them: a test that fails there has a race to find, never a retry to add.
 # make demo: the main job on the real local servers.
 # make stack: the compose demo stack run natively (local servers; consumers, producer and
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
@@ -12,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-under-load demo stack lint unit install clean chaos cluster bench-enqueue
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,12 +27,17 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks faults tools
 	$(PY) -m mypy src
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m tools.sizes
 
 # Two workers (every test has its own schema or queues), then alone what disturbs the servers
 # for everyone (the broker restart test).
 test: lint tests/keda/node_modules
 	$(PY) -m pytest -q -n 2 -m "not serial"
 	$(PY) -m pytest -q -m serial
+
+test-under-load: $(STAMP) tests/keda/node_modules
+	tools/under_load.sh $(PY) -m pytest -q -n 2 -m "not serial"
+	tools/under_load.sh $(PY) -m pytest -q -m serial
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
 tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json

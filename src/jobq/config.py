@@ -21,8 +21,10 @@ import yaml
 
 from jobq.durations import parse_duration
 from jobq.errors import ConfigError
+from jobq.limits import NAME_RE as NAME_RE
+from jobq.limits import LimitsConfig as LimitsConfig
+from jobq.schedules import parse_schedules
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 PASSWORD_RE = re.compile(r"(password\s*=\s*)\S+")  # a key-value DSN's, or one quoted in an error
@@ -79,16 +81,6 @@ class ConsumerConfig:
     def buffer_size(self) -> int:
         """Deliveries held ready beyond the running ones."""
         return self.concurrency if self.buffer < 0 else self.buffer
-
-
-@dataclass(frozen=True, kw_only=True)
-class LimitsConfig:
-    """What a queue accepts: message sizes (refused at enqueue, dead-lettered on receipt) and depth."""
-
-    max_payload: int = 1_048_576  # bytes of the payload as JSON text
-    max_headers: int = 65_536  # bytes of the headers as JSON text
-    max_pending: int = 0  # jobs waiting in the queue; 0: no limit
-    enqueue_timeout: float = 5.0  # how long enqueue waits for room before QueueFull
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -566,8 +558,6 @@ def load_settings(
                 except ConfigError as exc:
                     raise ConfigError(str(exc), source=layer_source) from exc
     settings: Settings = _build(Settings, data, "", source)
-    from jobq.schedules import parse_schedules  # it needs the limits, which need this module
-
     parse_schedules(settings.schedules, source)
     pg = settings.postgres
     if pg.network_timeout and pg.network_timeout >= pg.lease:

@@ -9,15 +9,28 @@ the pool dead-letters it with that reason instead of running it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from jobq.config import LimitsConfig
 from jobq.due import due_problem
 from jobq.errors import JobTooLarge, MalformedJob
 from jobq.transport import NewJob
 
 MAX_KIND = 200  # characters; a kind is a routing key, not data
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")  # a queue's, a schedule's
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitsConfig:
+    """What a queue accepts: message sizes (refused at enqueue, dead-lettered on receipt) and depth."""
+
+    max_payload: int = 1_048_576  # bytes of the payload as JSON text
+    max_headers: int = 65_536  # bytes of the headers as JSON text
+    max_pending: int = 0  # jobs waiting in the queue; 0: no limit
+    enqueue_timeout: float = 5.0  # how long enqueue waits for room before QueueFull
+
 # Decoding runs for every job received: the decoder's own decode() skips json.loads' argument
 # checks, and '{}' (most jobs' headers) needs no decoding at all.
 DECODER = json.JSONDecoder()

@@ -26,10 +26,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from jobq.config import NAME_RE, LimitsConfig
 from jobq.durations import parse_duration
 from jobq.errors import ConfigError, JobqError, describe
-from jobq.limits import encode_new_job, kind_problem
+from jobq.limits import NAME_RE, LimitsConfig, encode_new_job, kind_problem
 from jobq.transport import NewJob
 
 LOOK = 1.0  # the loop looks at least this often, and again this soon after a busy answer
