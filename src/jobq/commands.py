@@ -46,7 +46,7 @@ from jobq.routing import require_processor
 from jobq.schedules import parse_schedules, scheduling
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
-from jobq.transport import Admin, NewJob, Transport
+from jobq.transport import Admin, Control, NewJob, Transport
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
@@ -315,7 +315,7 @@ def prune_ages(settings: Settings, state: str | None, older_than: float | None
     return ages
 
 
-async def _prune(admin: Admin, settings: Settings, args: argparse.Namespace) -> None:
+async def _prune(admin: Control, settings: Settings, args: argparse.Namespace) -> None:
     for state, age in prune_ages(settings, args.state, args.older_than).items():
         pruned = await admin.prune(state, age)
         print(f"pruned {pruned} {state} jobs older than {format_duration(age)} "

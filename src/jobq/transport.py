@@ -203,14 +203,59 @@ class JobInfo:
     cancel_requested: bool = False
 
 
-class Admin(Protocol):
-    """An operator's view of one queue: set-up, depth, pause, the dead letters and retention."""
+class Inspect(Protocol):
+    """An operator's view of one queue: set-up, depth, pause state, jobs by id and state."""
 
     async def init(self) -> str:
         """Create or upgrade what the queue needs (idempotent); one line saying what was done."""
 
     async def depth(self) -> Depth:
         """The queue's jobs by state (one cheap round trip: the monitor polls it)."""
+
+    async def pause_state(self) -> PauseState:
+        """Whether the queue is paused and since when (``jobq stats``)."""
+
+    async def paused(self) -> bool:
+        """Whether the queue is paused: one cheap round trip, asked by every consumer each second."""
+
+    async def show_job(self, job_id: str) -> JobInfo:
+        """One job of the queue by id; ConfigError (key ``--id``) when the queue has none such."""
+
+    async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
+                        ) -> list[JobInfo]:
+        """Jobs of the queue in ``state`` (one of ``JOB_STATES``), of ``kind`` if given: pending
+        ones in the order they will run, finished ones newest first. ConfigError (key
+        ``--state``) for a state the backend cannot list (RabbitMQ: all but dead)."""
+
+
+class Control(Protocol):
+    """What an operator does to one queue: pause and resume it, prune it, cancel or retry a job."""
+
+    async def pause(self) -> PauseState:
+        """Pause the queue: its consumers take no new jobs until ``resume`` (a paused one stays
+        as it is, ``changed`` False)."""
+
+    async def resume(self) -> PauseState:
+        """Let the queue's consumers take jobs again (``changed`` False if it was not paused)."""
+
+    async def prune(self, state: str, older_than: float) -> int:
+        """Delete the queue's jobs in ``state`` ("done" or "dead") that ended more than
+        ``older_than`` seconds ago; how many. ConfigError (key ``--state``) for a state the
+        backend keeps nothing of (RabbitMQ: done)."""
+
+    async def cancel_job(self, job_id: str) -> str:
+        """Cancel one job; one line saying what was done. A pending job never runs; a running one
+        is told to stop at its next await and settles as cancelled, never retried. ConfigError
+        (key ``--id``) for an unknown id or a job that already ended."""
+
+    async def retry_job(self, job_id: str) -> str:
+        """Run one dead or delayed job now; one line saying what was done. A dead one gets a fresh
+        set of attempts (as ``dead_requeue``); a delayed one keeps its attempts. ConfigError
+        (key ``--id``) for an unknown id or a job in another state."""
+
+
+class DeadLetters(Protocol):
+    """One queue's dead jobs: listed with their error, requeued or purged."""
 
     async def dead_list(self, limit: int = 100) -> list[DeadJob]:
         """Dead jobs of the queue with their error, oldest first (they stay dead)."""
@@ -226,39 +271,7 @@ class Admin(Protocol):
                          ) -> list[str]:
         """Delete dead jobs (chosen as ``dead_requeue``); their ids."""
 
-    async def pause(self) -> PauseState:
-        """Pause the queue: its consumers take no new jobs until ``resume`` (a paused one stays
-        as it is, ``changed`` False)."""
 
-    async def resume(self) -> PauseState:
-        """Let the queue's consumers take jobs again (``changed`` False if it was not paused)."""
-
-    async def paused(self) -> bool:
-        """Whether the queue is paused: one cheap round trip, asked by every consumer each second."""
-
-    async def pause_state(self) -> PauseState:
-        """Whether the queue is paused and since when (``jobq stats``)."""
-
-    async def prune(self, state: str, older_than: float) -> int:
-        """Delete the queue's jobs in ``state`` ("done" or "dead") that ended more than
-        ``older_than`` seconds ago; how many. ConfigError (key ``--state``) for a state the
-        backend keeps nothing of (RabbitMQ: done)."""
-
-    async def show_job(self, job_id: str) -> JobInfo:
-        """One job of the queue by id; ConfigError (key ``--id``) when the queue has none such."""
-
-    async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
-                        ) -> list[JobInfo]:
-        """Jobs of the queue in ``state`` (one of ``JOB_STATES``), of ``kind`` if given: pending
-        ones in the order they will run, finished ones newest first. ConfigError (key
-        ``--state``) for a state the backend cannot list (RabbitMQ: all but dead)."""
-
-    async def cancel_job(self, job_id: str) -> str:
-        """Cancel one job; one line saying what was done. A pending job never runs; a running one
-        is told to stop at its next await and settles as cancelled, never retried. ConfigError
-        (key ``--id``) for an unknown id or a job that already ended."""
-
-    async def retry_job(self, job_id: str) -> str:
-        """Run one dead or delayed job now; one line saying what was done. A dead one gets a fresh
-        set of attempts (as ``dead_requeue``); a delayed one keeps its attempts. ConfigError
-        (key ``--id``) for an unknown id or a job in another state."""
+class Admin(Inspect, Control, DeadLetters, Protocol):
+    """All an operator does with one queue (`jobq`, the dashboard, the monitor), by role:
+    ``Inspect``, ``Control`` and ``DeadLetters``, each a Protocol of its own."""

@@ -15,7 +15,7 @@ from dependency_injector import providers
 from jobq.config import ConnectConfig, load_settings
 from jobq.container import Container, get_admin, get_publisher, get_transport
 from jobq.metrics import TRANSPORT_COUNTERS
-from jobq.transport import Admin, Publisher, Transport
+from jobq.transport import Control, DeadLetters, Inspect, Publisher, Transport
 from jobq.transports.memory import MemoryPublisher, MemoryTransport
 from jobq.transports.postgres.admin import PostgresAdmin
 from jobq.transports.postgres.lease import PostgresTransport
@@ -30,7 +30,8 @@ IMPLEMENTATIONS: list[tuple[type, type]] = [
     (Transport, PostgresTransport), (Transport, PgTransactionTransport),
     (Transport, RabbitTransport), (Transport, MemoryTransport),
     (Publisher, PostgresPublisher), (Publisher, RabbitPublisher), (Publisher, MemoryPublisher),
-    (Admin, PostgresAdmin), (Admin, RabbitAdmin),
+    *((role, admin) for role in (Inspect, Control, DeadLetters)
+      for admin in (PostgresAdmin, RabbitAdmin)),
 ]
 
 
