@@ -307,7 +307,11 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
             handed = await transport.receive(WORKERS, 1.0)
             await transport.quiesce()  # as WorkerPool._hold does next
             gate.set()
-            await asyncio.wait(set(transport._claiming))
+            # Until no claim task is left: a take that ends now, paused, spawns its put-back
+            # as a claim task of its own (_hand_over), after the takes waited for here began;
+            # waiting only for the takes read the rows while a put-back was still under way.
+            while transport._claiming:
+                await asyncio.wait(set(transport._claiming))
             ready = len(transport._ready)
             during = await asyncio.to_thread(pending_free, pg_dsn, schema)
             for delivery in handed:
