@@ -12,6 +12,7 @@ its own. What only one backend does is tested beside it, in tests/integration.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -27,25 +28,28 @@ from tests.contract.ports import BACKENDS, PRIORITIES, Port
 WAIT = 20.0  # the longest a promise may take here: a lost lease (1 s) or pick (2 s), a tier
 
 
-@pytest.fixture(params=BACKENDS)
-async def port(request: pytest.FixtureRequest, queue_name: str) -> AsyncIterator[Port]:
-    """The backend under test on a queue (and for PostgreSQL a schema) of its own."""
+@contextlib.asynccontextmanager
+async def opened(request: pytest.FixtureRequest, queue: str) -> AsyncIterator[Port]:
+    """The backend ``request.param`` on ``queue`` (and for PostgreSQL a schema) of its own."""
     name: str = request.param
     schema = request.getfixturevalue("schema") if name.startswith("postgres") else None
     if name.startswith("rabbitmq"):
         request.getfixturevalue("amqp_url")
-    async with Port(name, queue_name, schema) as backend:
+    async with Port(name, queue, schema) as backend:
+        yield backend
+
+
+@pytest.fixture(params=BACKENDS)
+async def port(request: pytest.FixtureRequest, queue_name: str) -> AsyncIterator[Port]:
+    """The backend under test."""
+    async with opened(request, queue_name) as backend:
         yield backend
 
 
 @pytest.fixture(params=PRIORITIES)
 async def prioritised(request: pytest.FixtureRequest, queue_name: str) -> AsyncIterator[Port]:
     """A backend that hands out a higher priority first (a RabbitMQ quorum queue does not)."""
-    name: str = request.param
-    schema = request.getfixturevalue("schema") if name.startswith("postgres") else None
-    if name.startswith("rabbitmq"):
-        request.getfixturevalue("amqp_url")
-    async with Port(name, queue_name, schema) as backend:
+    async with opened(request, queue_name) as backend:
         yield backend
 
 

@@ -106,6 +106,20 @@ async def arrive(transport: RabbitTransport, session: FakeSession, *messages: An
     await asyncio.gather(*transport._tasks)
 
 
+def slow_gets(session: FakeSession) -> tuple[asyncio.Event, asyncio.Event]:
+    """basic.get answers only once the second event is set; the first is set when it asks."""
+    asked, answer = asyncio.Event(), asyncio.Event()
+    plain_get = session._get
+
+    async def slow_get(queue: str, *, no_ack: bool, timeout: float) -> Any:
+        asked.set()
+        await answer.wait()
+        return await plain_get(queue, no_ack=no_ack, timeout=timeout)
+
+    session.raw = SimpleNamespace(basic_get=slow_get)
+    return asked, answer
+
+
 def headers(published: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = published["properties"].headers
     return result
@@ -221,14 +235,7 @@ async def test_a_receive_cancelled_during_basic_get_gives_the_copy_back() -> Non
     # A basic.get cancelled half-way closes aiormq's channel when its answer comes; the take
     # runs as a task of its own and hands a copy it got for a cancelled receive back.
     transport, session = await consuming()
-    answer = asyncio.Event()
-    plain_get = session._get
-
-    async def slow_get(queue: str, *, no_ack: bool, timeout: float) -> Any:
-        await answer.wait()
-        return await plain_get(queue, no_ack=no_ack, timeout=timeout)
-
-    session.raw = SimpleNamespace(basic_get=slow_get)
+    _, answer = slow_gets(session)
     session.alone.append(message(7, **{"x-jobq-isolate": 1, "x-jobq-attempt": 2}))
     transport._alone.due = True
     receiving = asyncio.ensure_future(transport.receive(10, 0.5))
@@ -248,15 +255,8 @@ async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_
     # Its crash used up its attempts; handed back unrun (a copy, not redelivered, so the crash's
     # mark is gone), it goes back charged: found spent again, by its attempt, never run.
     transport, session = await consuming()
-    asked, answer = asyncio.Event(), asyncio.Event()
     plain_get = session._get
-
-    async def slow_get(queue: str, *, no_ack: bool, timeout: float) -> Any:
-        asked.set()
-        await answer.wait()
-        return await plain_get(queue, no_ack=no_ack, timeout=timeout)
-
-    session.raw = SimpleNamespace(basic_get=slow_get)
+    asked, answer = slow_gets(session)
     session.alone.append(message(8, redelivered=True, **{"x-jobq-isolate": 1, "x-jobq-attempt": 3}))
     transport._alone.due = True
     receiving = asyncio.ensure_future(transport.receive(10, 0.5))

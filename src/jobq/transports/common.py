@@ -1,5 +1,6 @@
 """What both backends share at their boundary: addresses and error texts for messages, the
-driver-error translation skeleton, and how a dead job's payload is shown.
+driver-error translation skeleton, how a dead job's payload is shown, and the one match that
+turns the worker's decision into the transport's own way of carrying it out.
 
 Either backend package may import this module; it imports neither (nor any driver).
 """
@@ -8,13 +9,42 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol, assert_never
 
 from jobq.config import mask_passwords
 from jobq.errors import ConnectionLost, TransportError
+from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 
 Errors = tuple[type[BaseException], ...]
+
+
+class Settles(Protocol):
+    """A transport's way of carrying out each of the five decisions (``carry_out``)."""
+
+    async def _ack(self, delivery: Delivery) -> None: ...
+    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None: ...
+    async def _dead(self, delivery: Delivery, reason: str) -> None: ...
+    async def _cancel(self, delivery: Delivery, reason: str) -> None: ...
+    async def _release(self, delivery: Delivery) -> None: ...
+
+
+def carry_out(transport: Settles, delivery: Delivery, decision: Decision) -> Awaitable[None]:
+    """The transport's settle of ``delivery`` as ``decision`` says (``Transport.settle``
+    awaits it: a plain call, no coroutine of its own on the hot path)."""
+    match decision:
+        case Ack():
+            return transport._ack(delivery)
+        case RetryIn(delay=delay, reason=reason):
+            return transport._retry(delivery, delay, reason)
+        case Dead(reason=reason):
+            return transport._dead(delivery, reason)
+        case Cancelled(reason=reason):
+            return transport._cancel(delivery, reason)
+        case Release():
+            return transport._release(delivery)
+        case _:
+            assert_never(decision)
 
 
 def server_address(host: str | None, port: int | str | None, default_port: int, *,

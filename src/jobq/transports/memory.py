@@ -13,8 +13,9 @@ from typing import Any
 
 from jobq.due import due_problem, wait_of
 from jobq.errors import ConfigError, MalformedJob
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Job, Release, RetryIn
+from jobq.job import Decision, Delivery, Job
 from jobq.transport import Health, NewJob
+from jobq.transports.common import carry_out
 from jobq.within import within
 
 
@@ -120,17 +121,7 @@ class MemoryTransport:
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        match decision:
-            case Ack():
-                await self._ack(delivery)
-            case RetryIn(delay=delay, reason=reason):
-                await self._retry(delivery, delay, reason)
-            case Dead(reason=reason):
-                await self._dead(delivery, reason)
-            case Cancelled(reason=reason):
-                await self._cancel(delivery, reason)
-            case Release():
-                await self._release(delivery)
+        await carry_out(self, delivery, decision)
 
     async def _ack(self, delivery: Delivery) -> None:
         """Mark done."""

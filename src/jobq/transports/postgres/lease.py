@@ -22,8 +22,9 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import ConnectionLost, TransportError, describe
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.job import Decision, Delivery
 from jobq.transport import Health
+from jobq.transports.common import carry_out
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.cancels import CancelWatch
 from jobq.transports.postgres.connect import consumer_id, pooled
@@ -188,17 +189,7 @@ class PostgresTransport:
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        match decision:
-            case Ack():
-                await self._ack(delivery)
-            case RetryIn(delay=delay, reason=reason):
-                await self._retry(delivery, delay, reason)
-            case Dead(reason=reason):
-                await self._dead(delivery, reason)
-            case Cancelled(reason=reason):
-                await self._cancel(delivery, reason)
-            case Release():
-                await self._release(delivery)
+        await carry_out(self, delivery, decision)
 
     async def _ack(self, delivery: Delivery) -> None:
         """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""

@@ -36,9 +36,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned, TransportError
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn, Spent
+from jobq.job import Decision, Delivery, Spent
 from jobq.sizing import BufferSizer
 from jobq.transport import Health
+from jobq.transports.common import carry_out
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import CancelWatch
 from jobq.transports.postgres.claims import (
@@ -234,17 +235,7 @@ class PgTransactionTransport:
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        match decision:
-            case Ack():
-                await self._ack(delivery)
-            case RetryIn(delay=delay, reason=reason):
-                await self._retry(delivery, delay, reason)
-            case Dead(reason=reason):
-                await self._dead(delivery, reason)
-            case Cancelled(reason=reason):
-                await self._cancel(delivery, reason)
-            case Release():
-                await self._release(delivery)
+        await carry_out(self, delivery, decision)
 
     async def _ack(self, delivery: Delivery) -> None:
         """Commit: the job's done mark and the handler's writes together.

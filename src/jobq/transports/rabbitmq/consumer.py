@@ -52,18 +52,14 @@ from jobq.backoff import Backoff
 from jobq.config import LimitsConfig, RabbitConfig
 from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.job import (
-    Ack,
-    Cancelled,
     CancelRequested,
-    Dead,
     Decision,
     Delivery,
-    Release,
-    RetryIn,
     Spent,
 )
 from jobq.looks import uncut
 from jobq.transport import Health
+from jobq.transports.common import carry_out
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
@@ -422,17 +418,7 @@ class RabbitTransport:
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        match decision:
-            case Ack():
-                await self._ack(delivery)
-            case RetryIn(delay=delay, reason=reason):
-                await self._retry(delivery, delay, reason)
-            case Dead(reason=reason):
-                await self._dead(delivery, reason)
-            case Cancelled(reason=reason):
-                await self._cancel(delivery, reason)
-            case Release():
-                await self._release(delivery)
+        await carry_out(self, delivery, decision)
 
     async def _ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
