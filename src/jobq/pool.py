@@ -14,15 +14,14 @@ from jobq.backoff import Backoff, pause
 from jobq.errors import (
     HandlerCancelled,
     JobCancelled,
-    JobTimeout,
     MalformedJob,
     SettleRejected,
-    ShutdownInterrupted,
     TransportError,
     WorkerDied,
     describe,
 )
 from jobq.handback import release_all
+from jobq.interrupts import Interrupts
 from jobq.job import (
     ACK,
     Cancelled,
@@ -51,7 +50,6 @@ STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends 
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
 INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
-CANCEL_LOOK = 0.2  # seconds between looks at which running jobs an operator cancelled
 
 
 class PoolObserver(Protocol):
@@ -146,16 +144,15 @@ class WorkerPool:
         self._stop = asyncio.Event()
         self._forced = False
         self._force = asyncio.Event()
-        self._interrupting = False
-        # Job timeouts: one watchdog for the pool instead of a timer per job (a per-job
-        # asyncio.timeout costs ~4 us, a tenth of a no-op job's budget).
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
-        self._expiring: set[int] = set()  # slots the watchdog has cancelled
-        self._withdrawing: set[int] = set()  # slots cancelled at an operator's request
         self._workers: list[asyncio.Task[None]] = []
         # slot -> the delivery its worker took and has not settled; the extra last entry is
         # the scratch slot of settles made outside a worker.
         self._holding: list[Delivery | None] = [None] * (concurrency + 1)
+        # Job timeouts, operator cancels, the shutdown deadline: what cuts a running handler.
+        self._interrupts = Interrupts(job_timeout=job_timeout, started_at=self._started_at,
+                                      holding=self._holding, cancel=self._cancel_worker,
+                                      health=transport.health, logger=self._log)
         self._run_at = time.monotonic()
         self._closing = False  # run() is cancelling its workers: their end is not a death
         self._stall_timeout = stall_timeout or (job_timeout or 300.0) + STALL_MARGIN
@@ -241,8 +238,8 @@ class WorkerPool:
         workers = self._workers = [self._spawn(i) for i in range(self._concurrency)]
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._stop.wait())
-        watchdog = asyncio.create_task(self._watch())
-        cancels = asyncio.create_task(self._watch_cancels())
+        watchdog = asyncio.create_task(self._interrupts.watch_timeouts())
+        cancels = asyncio.create_task(self._interrupts.watch_cancels())
         pauses = asyncio.create_task(self._pause.run() if self._pause else asyncio.sleep(0))
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -274,6 +271,9 @@ class WorkerPool:
                 self._threads.shutdown()
         return self.stats
 
+    def _cancel_worker(self, slot: int) -> None:
+        self._workers[slot].cancel()
+
     def _spawn(self, slot: int, orphan: Delivery | None = None,
                cause: BaseException | None = None) -> asyncio.Task[None]:
         work = self._work(slot) if orphan is None else self._recover(slot, orphan, cause)
@@ -290,7 +290,7 @@ class WorkerPool:
             return  # read the stop sentinel
         orphan, self._holding[slot] = self._holding[slot], None
         self._started_at.pop(slot, None)
-        self._expiring.discard(slot)
+        self._interrupts.forget(slot)
         self.stats.worker_deaths += 1
         self._log.error("worker %d died (%s)%s; starting a new one", slot,
                         "cancelled" if cause is None else describe(cause),
@@ -553,8 +553,7 @@ class WorkerPool:
             return
         self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
                           self._shutdown_timeout, len(self._started_at))
-        self._interrupting = True
-        self._expire(float("inf"))
+        self._interrupts.interrupt_all()
         # A plain-def handler's thread cannot be interrupted: its worker waits for it up to
         # INTERRUPT_GRACE, then run() cancels it and the process exits without settling its
         # job (the backend hands it out again). So SIGTERM ends a consumer within
@@ -578,57 +577,10 @@ class WorkerPool:
         finally:
             forced.cancel()
 
-    async def _watch(self) -> None:
-        """Cancel handlers that overran the job timeout; checks ten times per timeout."""
-        if self._job_timeout is None:
-            return
-        tick = min(1.0, max(0.005, self._job_timeout / 10))
-        while True:
-            await asyncio.sleep(tick)
-            self._expire(time.monotonic() - self._job_timeout)
-
-    def _expire(self, started_before: float) -> None:
-        for slot, started in list(self._started_at.items()):
-            if started <= started_before and slot not in self._expiring:
-                self._expiring.add(slot)
-                self._workers[slot].cancel()
-
-    def _expired(self, slot: int, task: asyncio.Task[object]) -> bool:
-        """Whether the cancellation that reached ``slot`` was the watchdog's (and only that)."""
-        return _ours(self._expiring, slot, task)
-
-    def _withdrawn(self, slot: int, task: asyncio.Task[object]) -> bool:
-        """Whether the cancellation that reached ``slot`` was an operator's (and only that)."""
-        return _ours(self._withdrawing, slot, task)
-
-    async def _watch_cancels(self) -> None:
-        """Every CANCEL_LOOK while jobs run, look at the jobs the transport knows an operator
-        cancelled (a fact it reads about once a second) and cancel those handlers (settled
-        as cancelled: ``_work``, ``_settle``)."""
-        failing = False
-        while True:
-            await asyncio.sleep(CANCEL_LOOK)
-            if not self._started_at:
-                continue
-            try:
-                cancelled = self._transport.health().cancelled
-            except Exception as exc:  # looked at again next time; a bug must not end the looking
-                if not failing:
-                    self._log.warning("could not look at which running jobs were cancelled (%s)",
-                                      describe(exc), exc_info=exc)
-                failing = True
-                continue
-            failing = False
-            for slot in list(self._started_at) if cancelled else ():
-                delivery = self._holding[slot]
-                if (delivery is not None and delivery.job.id in cancelled
-                        and slot not in self._expiring and slot not in self._withdrawing):
-                    self._withdrawing.add(slot)
-                    self._workers[slot].cancel()
-
     async def _work(self, slot: int) -> None:
-        queue, handler, started_at, expiring = self._queue, self._handler, self._started_at, self._expiring
-        holding = self._holding
+        queue, handler, started_at, holding = self._queue, self._handler, self._started_at, self._holding
+        interrupts = self._interrupts
+        expiring, withdrawing = interrupts.expiring, interrupts.withdrawing
         task = asyncio.current_task()
         assert task is not None
         while True:
@@ -649,9 +601,9 @@ class WorkerPool:
                 try:
                     await handler(delivery.job)
                 except asyncio.CancelledError as exc:
-                    if self._expired(slot, task):
-                        error = self._timeout_error()
-                    elif self._withdrawn(slot, task):
+                    if interrupts.timed_out(slot, task):
+                        error = interrupts.timeout_error()
+                    elif interrupts.withdrawn(slot, task):
                         error = JobCancelled("cancelled by an operator (jobq jobs cancel) "
                                              "while it ran")
                     elif task.cancelling():
@@ -665,15 +617,10 @@ class WorkerPool:
                 finally:
                     del started_at[slot]
                 if slot in expiring:  # cancelled, but the handler swallowed it
-                    self._expired(slot, task)
-                if slot in self._withdrawing:  # likewise: it ran to its end, which stands
-                    self._withdrawn(slot, task)
+                    interrupts.timed_out(slot, task)
+                if slot in withdrawing:  # likewise: it ran to its end, which stands
+                    interrupts.withdrawn(slot, task)
             await self._settle(delivery, error, time.monotonic() - started, slot)
-
-    def _timeout_error(self) -> BaseException:
-        if self._interrupting:
-            return ShutdownInterrupted("still running at the shutdown deadline")
-        return JobTimeout(f"ran longer than the job timeout ({self._job_timeout}s)")
 
     async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float,
                       slot: int = -1) -> None:
@@ -763,12 +710,3 @@ class WorkerPool:
         else:
             stats.dead += 1
         stats.last_job_at = time.monotonic()
-
-
-def _ours(marks: set[int], slot: int, task: asyncio.Task[object]) -> bool:
-    """Whether the cancellation that reached ``slot`` was the one ``marks`` records (and only
-    that one: a shutdown's on top of it is not uncancelled)."""
-    if slot not in marks:
-        return False
-    marks.discard(slot)
-    return task.uncancel() == 0

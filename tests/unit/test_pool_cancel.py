@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from jobq import Job
-from jobq.pool import CANCEL_LOOK
+from jobq.interrupts import CANCEL_LOOK
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from tests.unit.test_pool import make_pool
 
