@@ -32,6 +32,7 @@ from tests.integration.test_postgres import jobs, produce, status_counts
 
 pytestmark = pytest.mark.integration
 WORKERS = 8
+CLAIMS_WITHIN = 10.0  # seconds the claim tasks under way get to end (a round trip or three each)
 
 
 async def transaction_transport(schema: str, queue: str, *, pick_ahead: bool = True
@@ -310,14 +311,18 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
             # Until no claim task is left: a take that ends now, paused, spawns its put-back
             # as a claim task of its own (_hand_over), after the takes waited for here began;
             # waiting only for the takes read the rows while a put-back was still under way.
-            while transport._claiming:
-                await asyncio.wait(set(transport._claiming))
+            # Within a deadline: a claim that never ends fails the test, it does not hang it.
+            async with asyncio.timeout(CLAIMS_WITHIN):
+                while transport._claiming:
+                    await asyncio.wait(set(transport._claiming))
             ready = len(transport._ready)
             during = await asyncio.to_thread(pending_free, pg_dsn, schema)
             for delivery in handed:
                 await transport.settle(delivery, Release())
-            await transport.close()
         finally:
+            # Even after a failure: close() rolls back what is still held, without which the
+            # schema's DROP at teardown waits for ever on the row locks of this dead loop.
+            await transport.close()
             await pool.close()
         return len(handed), ready, during
 
