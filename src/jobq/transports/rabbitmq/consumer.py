@@ -69,17 +69,13 @@ from jobq.transports.rabbitmq.codec import (
     ISOLATE,
     MARKS,
     SUSPECT,
-    crashed,
-    due_at,
     due_ms,
-    isolated,
     republish,
-    suspected,
 )
-from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.copies import Copier, CopyNacked, CopyTimeout
-from jobq.transports.rabbitmq.crashes import CrashCopy, crash_copy
+from jobq.transports.rabbitmq.crashes import CrashCopy
+from jobq.transports.rabbitmq.inbound import Rules, classify
 from jobq.transports.rabbitmq.session import Handle, Session
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
@@ -123,7 +119,6 @@ class RabbitTransport:
         self._cfg = settings
         self._queue = queue
         self._prefetch = prefetch
-        self._max_attempts = max_attempts
         self._job_timeout, self._concurrency = job_timeout, concurrency  # for the start-up check
         self._topology = Topology.configured(settings, queue, self._limits.max_pending)
         # A classic queue that recovers from a crash of its broker hands out every message it
@@ -131,7 +126,9 @@ class RabbitTransport:
         # and alone only at the second (see rmq crashes). Quorum queues count real deliveries.
         # Not with limits.max_pending: a full work queue would refuse the copy, and the
         # original, handed back, would come straight back to be copied again.
-        self._strikes = self._topology.queue_type == "classic" and not self._limits.max_pending
+        self._rules = Rules(queue, max_attempts, self._limits, settings.default_kind,
+                            strikes=self._topology.queue_type == "classic"
+                            and not self._limits.max_pending)
         self._log = logger or logging.getLogger("jobq.rabbitmq")
         self._arrived: collections.deque[Delivery] = collections.deque()
         self._alone = AloneQueue(self._topology.alone, settings.publish_timeout)
@@ -338,29 +335,25 @@ class RabbitTransport:
                 return None
             if message is None:
                 return None
-            delivery = self._delivery(session, message)
-            if delivery.malformed is None:
-                job, props = delivery.job, message.header.properties
-                deliver: Any = message.delivery
-                if job.id in self._tombstones:  # cancelled: settled unrun, as from the work queue
-                    self._cancel_requested(delivery)
+            deliver: Any = message.delivery  # GetOk: it has the tag
+            arrival = classify(message.body, message.header.properties,
+                               redelivered=deliver.redelivered,
+                               handle=Handle(session, deliver.delivery_tag, message),
+                               rules=self._rules, cancelled=self._tombstones.ids,
+                               now=time.time(), alone=True)
+            delivery = arrival.delivery
+            if arrival.due is not None:
                 # Not due yet: it never ran (an early message is never handed out), so no crash
                 # was its own, however often it was delivered: back through the hops, unmarked.
-                elif self._early(props):
-                    due = due_at(props) or 0.0
-                    tier = self._topology.hop(due - time.time())
-                    with contextlib.suppress(TransportError):
-                        await self._forward(delivery, "", tier or self._queue, {}, drop=MARKS)
-                    continue
-                elif crashed(props, deliver.redelivered):
-                    copy = crash_copy(job, isolated=True)  # it ran alone: charged
-                    if copy.dead is None:
-                        await self._copy_forward(delivery, copy)
-                        continue
-                    delivery.fact = Spent(copy.dead)
-                else:
-                    self._note_spent(delivery)
-                delivery.isolate = True  # handed back, it goes back to <q>.alone
+                tier = self._topology.hop(arrival.due - time.time())
+                with contextlib.suppress(TransportError):
+                    await self._forward(delivery, "", tier or self._queue, {}, drop=MARKS)
+                continue
+            if arrival.copy is not None:  # crashed while it ran alone: charged
+                await self._copy_forward(delivery, arrival.copy)
+                continue
+            if isinstance(delivery.fact, CancelRequested):  # settled unrun, as from the work queue
+                self._cancel_requested(delivery)
             if not wanted[0]:
                 await self._give_back_quietly(delivery)
                 return None
@@ -407,14 +400,7 @@ class RabbitTransport:
         self.cancelled_unrun += 1
         self._log.info("job %s cancelled (jobq jobs cancel): received with a tombstone, "
                        "settled unrun", delivery.job.id)
-        delivery.fact = CancelRequested()
-
-    def _note_spent(self, delivery: Delivery) -> None:
-        """An attempt header over max_attempts (a foreign producer): to the pool with that fact."""
-        job = delivery.job
-        if job.attempt > job.max_attempts:
-            delivery.fact = Spent(f"attempt {job.attempt} is over max_attempts "
-                                  f"{job.max_attempts} (header {ATTEMPT})")
+        delivery.fact = CancelRequested()  # set already when it arrived with its tombstone
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
@@ -694,44 +680,26 @@ class RabbitTransport:
                         self._wake()
             await asyncio.sleep(POLL)
 
-    def _delivery(self, session: Session, message: DeliveredMessage) -> Delivery:
-        deliver: Any = message.delivery  # Deliver or GetOk: both have the tag
-        tag: int = deliver.delivery_tag
-        job, problem = decode_message(message.body, message.header.properties, queue=self._queue,
-                                      max_attempts=self._max_attempts, limits=self._limits,
-                                      default_kind=self._cfg.default_kind)
-        return Delivery(job=job, handle=Handle(session, tag, message), malformed=problem)
-
     async def _on_message(self, session: Session, message: DeliveredMessage) -> None:
+        """A delivery from basic.consume: handed out, held or sent on, or copied forward."""
         if not session.alive:
             return
-        delivery = self._delivery(session, message)
-        if delivery.malformed is None:
-            job, props = delivery.job, message.header.properties
-            if self._tombstones.ids and job.id in self._tombstones:
+        deliver: Any = message.delivery  # Deliver: it has the tag
+        arrival = classify(message.body, message.header.properties,
+                           redelivered=deliver.redelivered,
+                           handle=Handle(session, deliver.delivery_tag, message),
+                           rules=self._rules, cancelled=self._tombstones.ids, now=time.time())
+        delivery = arrival.delivery
+        if arrival.due is not None:
+            self._spawn(self._not_yet(delivery, arrival.due))
+        elif arrival.copy is not None:
+            copying = self._spawn(self._copy_forward(delivery, arrival.copy))
+            self._copying.add(copying)
+            copying.add_done_callback(self._copying.discard)
+        else:
+            if isinstance(delivery.fact, CancelRequested):
                 self._cancel_requested(delivery)
-                self._arrive(delivery)
-                return
-            deliver: Any = message.delivery
-            redelivered: bool = deliver.redelivered
-            # _early inlined: this runs for every message, and most carry no due time.
-            table = props.headers
-            due = table.get(DUE) if type(table) is dict else None
-            if due is not None and self._early(props):  # never run, so never crashed
-                self._spawn(self._not_yet(delivery))
-                return
-            # Not run: a crash redelivery (uncharged: it may never have started, see rmq
-            # crashes), or a marked copy an older jobq put back on the work queue. On a classic
-            # queue a first one runs again with the others (marked), a second one alone.
-            if crashed(props, redelivered) or isolated(props):
-                first = self._strikes and not isolated(props) and not suspected(props)
-                copy = crash_copy(job, isolated=False, first=first)  # never dead: unmarked
-                copying = self._spawn(self._copy_forward(delivery, copy))
-                self._copying.add(copying)
-                copying.add_done_callback(self._copying.discard)
-                return
-            self._note_spent(delivery)
-        self._arrive(delivery)
+            self._arrive(delivery)
 
     def _arrive(self, delivery: Delivery) -> None:
         """For the pool's next receive."""
@@ -739,20 +707,14 @@ class RabbitTransport:
         if self._waiter is not None:
             _resolve(self._waiter)
 
-    @staticmethod
-    def _early(props: Any) -> bool:
-        due = due_at(props)
-        return due is not None and due > time.time()
-
-    async def _not_yet(self, delivery: Delivery) -> None:
-        """A message that came before its due time: on to the next tier, or held until due.
+    async def _not_yet(self, delivery: Delivery, due: float) -> None:
+        """A message that came before ``due`` (epoch seconds): on to the next tier, or held.
 
         Held (due sooner than the shortest tier) it stays unacked, in a prefetch slot, and is
         handed out at its time; at close or a pause it is given back (a paused consumer keeps
         nothing), after a lost session the broker redelivers it. Neither a hop nor a hold
         counts an attempt.
         """
-        due = due_at(delivery.handle.message.header.properties) or 0.0
         wait = due - time.time()
         tier = self._topology.hop(wait)
         if tier is not None:
