@@ -37,8 +37,8 @@ async def blocked_transport() -> tuple[RabbitTransport, AlarmSession, RabbitLink
     transport = RabbitTransport(link, RabbitConfig(publish_timeout=0.1), queue="q", prefetch=8,
                                 max_attempts=3)
     session = AlarmSession()
-    transport._session = session  # type: ignore[assignment]
-    transport._resumed.set()
+    transport._sessions.current = session  # type: ignore[assignment]
+    transport._sessions.resumed.set()
     link._set_blocked(True, "low on memory")
     return transport, session, link
 
@@ -53,13 +53,13 @@ async def test_a_retry_while_blocked_is_held_then_sent_once_unblocked() -> None:
     await asyncio.sleep(0.3)  # past publish_timeout: still held, never nacked
     assert session.requeued == [] and session.published == [] and session.completed == []
     # The crash redelivery's copy forward is held too (no nack, no loop of redeliveries).
-    assert len(transport._held) == 2
+    assert len(transport._forwarder.held) == 2
 
     link._set_blocked(False, "")
     await asyncio.sleep(0.05)
     assert sorted(session.completed) == [1, 2]  # each original acked once its copy is confirmed
     assert sorted(p["routing_key"] for p in session.published) == ["q.alone", "q.retry.1"]
-    assert session.requeued == [] and not transport._held
+    assert session.requeued == [] and not transport._forwarder.held
 
 
 async def test_held_copies_end_at_close_left_for_the_channel_close(
@@ -68,13 +68,13 @@ async def test_held_copies_end_at_close_left_for_the_channel_close(
     await transport._on_message(session, message(1))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
     await transport.settle(delivery, Dead("bad"))
-    assert len(transport._held) == 1
+    assert len(transport._forwarder.held) == 1
 
-    transport._closing = True
-    transport._closed.set()
+    transport._state.closing = True
+    transport._state.closed.set()
     await asyncio.wait_for(asyncio.gather(*transport._tasks), 1)
     assert session.published == [] and session.completed == [] and session.requeued == []
-    assert transport._held_back == 1 and not transport._held
+    assert transport._forwarder.held_back == 1 and not transport._forwarder.held
 
 
 async def test_a_release_while_blocked_still_fails_at_once() -> None:
@@ -83,7 +83,7 @@ async def test_a_release_while_blocked_still_fails_at_once() -> None:
     (delivery,) = await transport.receive(10, 0.01)
     with pytest.raises(Exception, match="not sent, the broker blocks publishing"):
         await transport.settle(delivery, Release())
-    assert session.requeued == [1] and not transport._held
+    assert session.requeued == [1] and not transport._forwarder.held
 
 
 async def test_a_copy_that_times_out_when_the_alarm_comes_is_held_too() -> None:
@@ -98,11 +98,11 @@ async def test_a_copy_that_times_out_when_the_alarm_comes_is_held_too() -> None:
         await confirmed.wait()
 
     session.sender.basic_publish = blocked_publish
-    transport._session = session  # type: ignore[assignment]
+    transport._sessions.current = session  # type: ignore[assignment]
     await transport._on_message(session, message(1))  # type: ignore[arg-type]
     (delivery,) = await transport.receive(10, 0.01)
     await transport.settle(delivery, RetryIn(0.2, "failed"))  # timed out, but blocked: held
-    assert session.requeued == [] and len(transport._held) == 1
+    assert session.requeued == [] and len(transport._forwarder.held) == 1
     confirmed.set()
     link._set_blocked(False, "")
     await asyncio.wait_for(asyncio.gather(*transport._tasks), 1)

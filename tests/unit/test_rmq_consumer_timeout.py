@@ -57,7 +57,7 @@ async def test_the_consumer_says_it_at_start(caplog: pytest.LogCaptureFixture) -
     async def started(*_: Any) -> None:
         raise RuntimeError("no broker here")
 
-    transport._start_session = started  # type: ignore[method-assign]
+    transport._sessions.start = started  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, "jobq.rabbitmq"), pytest.raises(RuntimeError):
         await transport.open()
     assert [r.getMessage()[:47] for r in caplog.records] == [

@@ -13,8 +13,9 @@ from pamqp.commands import Basic
 from jobq.config import ConnectConfig, RabbitConfig
 from jobq.job import Ack, Dead, Job, Release, RetryIn, Spent
 from jobq.transports.rabbitmq.connect import RabbitLink
-from jobq.transports.rabbitmq.consumer import SOLO_ROUND, RabbitTransport
+from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy
+from jobq.transports.rabbitmq.solos import SOLO_ROUND
 
 
 def job(attempt: int, max_attempts: int = 3) -> Job:
@@ -95,8 +96,8 @@ async def consuming(settings: RabbitConfig | None = None) -> tuple[RabbitTranspo
     transport = RabbitTransport(link, settings or RabbitConfig(), queue="q", prefetch=8,
                                 max_attempts=3)
     session = FakeSession()
-    transport._session = session  # type: ignore[assignment]
-    transport._resumed.set()
+    transport._sessions.current = session  # type: ignore[assignment]
+    transport._sessions.resumed.set()
     return transport, session
 
 
@@ -135,7 +136,7 @@ async def test_crash_redeliveries_on_the_work_queue_go_to_the_alone_queue_unchar
                  message(3, redelivered=True, **{"x-jobq-attempt": 3, "x-jobq-isolate": 1}),
                  message(4, **{"x-jobq-attempt": 2, "x-jobq-isolate": 1}))
 
-    assert transport._arrived == collections.deque()  # none of them runs from the work queue
+    assert transport._inbox.arrived == collections.deque()  # none of them runs from the work queue
     copies = {p["properties"].message_id: p for p in session.published}
     assert {copies[f"job-{n}"]["routing_key"] for n in (1, 2, 3, 4)} == {"q.alone"}
     assert [headers(copies[f"job-{n}"])["x-jobq-attempt"] for n in (1, 2, 3, 4)] == [2, 1, 3, 2]
@@ -150,7 +151,7 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     session.alone += [message(5, redelivered=True, **{"x-jobq-isolate": 1}),  # ran alone: charged
                       message(6, redelivered=True, **{"x-jobq-attempt": 3, "x-jobq-isolate": 1}),
                       message(7, **{"x-jobq-isolate": 1})]
-    transport._alone.due = True  # as the watcher finds it
+    transport._solo.alone.due = True  # as the watcher finds it
     await arrive(transport, session, message(3))
 
     assert await transport.receive(10, 0.01) == []  # not while another job is out
@@ -181,7 +182,7 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     assert session.published[-1]["routing_key"] == "q.alone"
     session.alone.clear()
     (after,) = await transport.receive(10, 0.01)  # q.alone empty: back to the work queue
-    assert after.job.id == "job-3" and not after.isolate and not transport._alone.due
+    assert after.job.id == "job-3" and not after.isolate and not transport._solo.alone.due
 
 
 async def test_alone_copies_due_while_reconnecting_do_not_make_receive_spin() -> None:
@@ -189,9 +190,9 @@ async def test_alone_copies_due_while_reconnecting_do_not_make_receive_spin() ->
     # without awaiting anything; the pool asked again at once, the event loop never ran the
     # supervisor again, and the consumer hung (a SIGTERM could not end it).
     transport, session = await consuming()
-    transport._alone.due = True
+    transport._solo.alone.due = True
     session.alive = False  # type: ignore[misc]
-    transport._resumed.clear()
+    transport._sessions.resumed.clear()
     receiving = asyncio.ensure_future(transport.receive(10, 0.05))
     ticks = 0
     for _ in range(20):  # the loop keeps turning while receive waits for a new session
@@ -219,7 +220,7 @@ async def test_a_session_that_ended_before_the_supervisor_noticed_does_not_make_
     # Seen in the fault suite: a failed basic.get ended the session; `_resumed` was still set
     # (the supervisor had not run yet), its wait() returned without yielding, and receive spun.
     transport, session = await consuming()
-    transport._resumed = resumed = CountingEvent()
+    transport._sessions.resumed = resumed = CountingEvent()
     resumed.set()
     session.alive = False  # type: ignore[misc]
     receiving = asyncio.ensure_future(transport.receive(10, 0.05))
@@ -237,7 +238,7 @@ async def test_a_receive_cancelled_during_basic_get_gives_the_copy_back() -> Non
     transport, session = await consuming()
     _, answer = slow_gets(session)
     session.alone.append(message(7, **{"x-jobq-isolate": 1, "x-jobq-attempt": 2}))
-    transport._alone.due = True
+    transport._solo.alone.due = True
     receiving = asyncio.ensure_future(transport.receive(10, 0.5))
     await asyncio.sleep(0.01)
     receiving.cancel()
@@ -247,7 +248,7 @@ async def test_a_receive_cancelled_during_basic_get_gives_the_copy_back() -> Non
     await asyncio.gather(*transport._tasks)
     (back,) = session.published
     assert back["routing_key"] == "q.alone" and headers(back)["x-jobq-attempt"] == 2
-    assert session.completed == [7] and transport._out == 0  # the original acked, nothing out
+    assert session.completed == [7] and transport._inbox.out == 0  # the original acked, nothing out
 
 
 async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_stays_spent(
@@ -258,7 +259,7 @@ async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_
     plain_get = session._get
     asked, answer = slow_gets(session)
     session.alone.append(message(8, redelivered=True, **{"x-jobq-isolate": 1, "x-jobq-attempt": 3}))
-    transport._alone.due = True
+    transport._solo.alone.due = True
     receiving = asyncio.ensure_future(transport.receive(10, 0.5))
     await asyncio.wait_for(asked.wait(), 5.0)
     receiving.cancel()
@@ -270,7 +271,7 @@ async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_
     assert back["routing_key"] == "q.alone" and headers(back)["x-jobq-attempt"] == 4
 
     session.raw = SimpleNamespace(basic_get=plain_get)
-    transport._alone.due = True
+    transport._solo.alone.due = True
     (again,) = await transport.receive(10, 0.5)
     assert again.job.id == "job-8" and isinstance(again.fact, Spent)
     assert again.fact.reason == "attempt 4 is over max_attempts 3 (header x-jobq-attempt)"
@@ -280,7 +281,7 @@ async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> No
     transport, session = await consuming()
     await arrive(transport, session, message(1), message(2))
     session.alone += [message(10 + n, **{"x-jobq-isolate": 1}) for n in range(SOLO_ROUND + 2)]
-    transport._alone.due = True
+    transport._solo.alone.due = True
     solos = []
     for _ in range(SOLO_ROUND):
         (solo,) = await transport.receive(10, 0.01)
@@ -310,7 +311,7 @@ async def test_on_classic_a_first_redelivery_runs_again_marked_and_a_second_goes
     second = copies["job-3"]
     assert second["routing_key"] == "q.alone" and headers(second)["x-jobq-isolate"] == 1
     assert "x-jobq-suspect" not in headers(second) and headers(second)["x-jobq-attempt"] == 1
-    assert [d.job.id for d in transport._arrived] == ["job-2"]
+    assert [d.job.id for d in transport._inbox.arrived] == ["job-2"]
     assert sorted(session.completed) == [1, 3]  # the originals of the two copies acked
     (runs,) = await transport.receive(10, 0.01)
     await transport.settle(runs, RetryIn(0, "failed cleanly"))  # it did not crash: the mark goes

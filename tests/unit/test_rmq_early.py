@@ -28,11 +28,11 @@ async def test_a_pause_gives_back_what_is_held_rather_than_keeping_it() -> None:
     # unacked for the whole pause (until the broker's consumer_timeout closed the channel).
     transport, session = await consuming()
     await transport._on_message(session, message(1, **{"x-jobq-due": due_in(0.5)}))  # type: ignore[arg-type]
-    transport._paused = True
-    transport._let_go.set()  # what quiesce() does besides cancelling the consumer
+    transport._state.paused = True
+    transport._state.let_go.set()  # what quiesce() does besides cancelling the consumer
     await asyncio.wait_for(asyncio.gather(*transport._tasks), 0.3)
     assert [p["routing_key"] for p in session.published] == ["q"] and session.completed == [1]
-    assert not transport._arrived
+    assert not transport._inbox.arrived
 
 
 async def test_an_early_copy_taken_from_alone_is_not_charged_a_crash() -> None:
@@ -42,7 +42,7 @@ async def test_an_early_copy_taken_from_alone_is_not_charged_a_crash() -> None:
     copy: Any = message(7, redelivered=True, **{"x-jobq-due": due_in(3600), "x-jobq-isolate": 1,
                                               "x-jobq-attempt": 3})
     session.alone.append(copy)
-    taken = await transport._take_alone(session, [True])  # type: ignore[arg-type]
+    taken = await transport._solo.take(session, [True])  # type: ignore[arg-type]
     assert taken is None  # nothing to run
     (forwarded,) = session.published
     assert forwarded["routing_key"] == "q.retry.3600"  # sent on through the hops

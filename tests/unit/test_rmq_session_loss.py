@@ -76,12 +76,12 @@ async def supervised(link: OpenLink, first: Session) -> tuple[RabbitTransport, a
     started = asyncio.Event()
 
     async def start() -> None:
-        transport._session = session(FakeRaw())
+        transport._sessions.current = session(FakeRaw())
         started.set()
 
-    transport._start_session = start  # type: ignore[method-assign]
-    transport._session = first
-    transport._supervisor = asyncio.create_task(transport._supervise())
+    transport._sessions.start = start  # type: ignore[method-assign]
+    transport._sessions.current = first
+    transport._sessions.task = asyncio.create_task(transport._sessions.supervise())
     return transport, started
 
 
@@ -103,7 +103,7 @@ async def test_a_copy_failing_on_a_closed_channel_ends_the_session_and_reconnect
         assert "publish failed" in lost.reason
         async with asyncio.timeout(2):
             await started.wait()
-        assert transport.reconnects == 1
+        assert transport.health().counters["reconnects"] == 1
     finally:
         await transport.close()
 

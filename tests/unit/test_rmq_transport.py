@@ -37,7 +37,7 @@ async def test_settles_of_a_lost_session_are_dropped() -> None:
     await transport.settle(stale_delivery(), RetryIn(1.0, "boom"))
     await transport.settle(stale_delivery(), Dead("boom"))
     await transport.settle(stale_delivery(), Release())
-    assert transport.stale == 4
+    assert transport.health().counters["stale"] == 4
 
 
 class LiveSession:

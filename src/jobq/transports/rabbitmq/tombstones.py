@@ -16,6 +16,8 @@ makes the others see fewer, and re-reading at once would have them walk each oth
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from datetime import UTC, datetime
 
@@ -23,12 +25,13 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel
 
-from jobq.errors import TransportError
+from jobq.errors import TransportError, describe
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel
 from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology
 
 RECHECK = 10.0  # seconds between reads for a count lower than the last read found
+POLL = 1.0  # a consumer's seconds between looks at <q>.cancelled (``watch``)
 
 
 class Tombstones:
@@ -51,6 +54,21 @@ class Tombstones:
             aio_pika.Message(b"", message_id=job_id, timestamp=datetime.now(UTC),
                              delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
             routing_key=self._topology.cancelled, mandatory=True)
+
+    async def watch(self, log: logging.Logger) -> None:
+        """Refresh every POLL seconds, until cancelled (a consumer's); a failed look is logged
+        once until one succeeds (a lost link: the consumer's supervisor reconnects)."""
+        failing = False
+        while True:
+            await asyncio.sleep(POLL)
+            try:
+                await self.refresh()
+                failing = False
+            except TransportError as exc:
+                if not failing:
+                    log.warning("could not read the tombstones of cancelled jobs (%s); "
+                                "trying again each second", describe(exc))
+                failing = True
 
     async def refresh(self) -> None:
         """Look at the ready count; read the tombstones again if it is not what was found."""
