@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +105,30 @@ def via_proxy(dsn: str, proxy: FaultProxy, **params: str) -> str:
 def schema(pg_dsn: str) -> Iterator[str]:
     """A fresh jobq schema (initialised), dropped afterwards: tests never share tables."""
     name = f"t_{uuid.uuid4().hex[:10]}"
-    result = run_cli("jobq", "init", *pg_args("q"), env=schema_env(name))
-    assert result.returncode == 0, result.stderr
+    init_queue("postgres", "q", schema_env(name))
     yield name
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def init_queue(transport: str, queue: str, env: dict[str, str]) -> None:
+    """What ``jobq init --config configs/<transport>.yaml --queue <queue>`` does (the schema's
+    migrations, or the RabbitMQ topology), with the JOBQ_* settings of ``env``, done in this
+    process: a fixture saves a CLI start per test. The CLI's own init has tests of its own
+    (test_postgres, test_rabbitmq, test_pause). On a thread with a loop of its own, so that
+    it neither needs nor disturbs the test's event loop."""
+    from jobq.config import load_settings
+    from jobq.container import admin_of
+
+    settings = load_settings(ROOT / "configs" / f"{transport}.yaml",
+                             {"queue": queue, "connect.attempts": 1}, env=env)
+
+    async def init() -> None:
+        async with admin_of(settings) as admin:
+            await admin.init()
+
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, init()).result(timeout=120)
 
 
 @pytest.fixture
@@ -148,6 +171,59 @@ def start_cli(name: str, *args: str, env: dict[str, str] | None = None) -> subpr
     """Start ``consumer``/``producer``/``jobq`` in the background."""
     return subprocess.Popen([command(name), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env or cli_env())
+
+
+class Stderr:
+    """A started CLI's stderr, read line by line on a thread of its own (so the pipe never
+    fills), kept for the test to wait on and to read. Once made, the test reads stderr only
+    through it (not ``communicate``)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._more = threading.Condition()
+        self._ended = False
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._more:
+                self.lines.append(line)
+                self._more.notify_all()
+        with self._more:
+            self._ended = True
+            self._more.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float) -> str:
+        """The first line matching ``pattern`` (a regex), once written; AssertionError, with
+        every line so far, if the CLI ends or ``timeout`` seconds pass first."""
+        deadline = time.monotonic() + timeout
+        with self._more:
+            while True:
+                found = next((line for line in self.lines if re.search(pattern, line)), None)
+                left = deadline - time.monotonic()
+                if found is not None:
+                    return found
+                if self._ended or left <= 0:
+                    raise AssertionError(f"no line matching {pattern!r} within {timeout:g}s:\n"
+                                         + "".join(self.lines))
+                self._more.wait(left)
+
+    def text(self) -> str:
+        """Everything read, the rest included once the CLI has ended."""
+        if self.proc.poll() is not None:
+            with self._more:
+                self._more.wait_for(lambda: self._ended, 10)
+        return "".join(self.lines)
+
+
+def consuming(proc: subprocess.Popen[str], timeout: float = 60) -> Stderr:
+    """Once a started consumer says it is consuming (its transport open, its workers about
+    to ask for jobs): its stderr, read from now on by the returned reader."""
+    err = Stderr(proc)
+    err.wait_for(r"consuming queue ", timeout)
+    return err
 
 
 def schema_env(schema: str, **extra: str) -> dict[str, str]:

@@ -269,14 +269,19 @@ def ticks(directory: str | Path) -> list[tuple[str, str, str]]:
             for schedule, tick, job_id in (line.split() for line in lines(directory, "ticks"))]
 
 
-def timed(directory: str, sleep_ms: float = 0.0) -> Any:
+def timed(directory: str, sleep_ms: float = 0.0, gate: str = "") -> Any:
     """Write ``start <id> <epoch>`` and ``end <id> <epoch>`` around a sleep of ``sleep_ms``, to
-    ``directory/<pid>.runs``: when each job ran, to compare with when a queue was paused."""
+    ``directory/<pid>.runs``: when each job ran, to compare with when a queue was paused. With
+    ``gate`` (a path), a job ends only once that file exists: the test decides when."""
     out = appending(directory, "runs")
+    opened = Path(gate) if gate else None
 
     async def handle(job: Job) -> None:
         out.write(f"start {job.id} {time.time():.3f}\n")
         await asyncio.sleep(sleep_ms / 1000)
+        # A file another process makes: no asyncio.Event can see it, so it is looked for.
+        while opened is not None and not opened.exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
         out.write(f"end {job.id} {time.time():.3f}\n")
 
     return handle

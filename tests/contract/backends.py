@@ -19,7 +19,17 @@ from typing import Any
 import aio_pika
 from psycopg import sql
 
-from tests.conftest import AMQP_URL, PG_DSN, ROOT, cli_env, fetch, run_cli, schema_env, start_cli
+from tests.conftest import (
+    AMQP_URL,
+    PG_DSN,
+    ROOT,
+    cli_env,
+    fetch,
+    init_queue,
+    run_cli,
+    schema_env,
+    start_cli,
+)
 
 DEFAULT_TIERS = (1, 5, 30, 300, 3600, 86400)  # configs/rabbitmq.yaml
 
@@ -129,8 +139,7 @@ async def drop_topology(queue: str, tiers: tuple[float, ...] = DEFAULT_TIERS) ->
 def rabbit_backend(queue: str) -> Backend:
     """A RabbitMQ backend on ``queue`` (topology declared by ``jobq init``)."""
     backend = Backend("rabbitmq", queue, cli_env())
-    result = backend.run("jobq", "init")
-    assert result.returncode == 0, result.stderr
+    init_queue("rabbitmq", queue, backend.env)
     return backend
 
 
@@ -151,8 +160,7 @@ def backend_under_test(request: Any, queue: str, param: str, env: dict[str, str]
     backend = Backend("rabbitmq", queue, schema_env(
         "unused", JOBQ_RABBITMQ__QUEUE_TYPE=variant, **(env or {}), **(rabbit_env or {})))
     try:
-        made = backend.run("jobq", "init")
-        assert made.returncode == 0, made.stderr
+        init_queue("rabbitmq", queue, backend.env)
         yield backend
     finally:
         backend.cleanup()

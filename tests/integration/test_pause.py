@@ -1,9 +1,9 @@
 """`jobq pause` / `jobq resume` against the real servers, through the real CLIs.
 
 PostgreSQL in both claim modes and RabbitMQ with both work-queue types: a pause with jobs in
-flight lets the running ones finish, starts none after about a second (the test allows two),
-and leaves every unstarted job in the queue; the resume runs the rest; every job ran exactly
-once and none is dead.
+flight lets the running ones finish, starts none once the consumer has noticed it (within about
+a second; NOTICED where a test measures it), and leaves every unstarted job in the queue; the
+resume runs the rest; every job ran exactly once and none is dead.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import AMQP_URL, schema_env, wait_until
+from tests.conftest import AMQP_URL, consuming, schema_env, wait_until
 from tests.contract.backends import Backend, backend_under_test, rabbit_backend
 from tests.processors import runs
 
 TIMED = "tests.processors:timed"
 JOBS = 30
 NOTICED = 2.0  # a consumer takes no new job later than this after `jobq pause` returned
+# The bound on noticing a pause or a resume where a test waits for the consumer to say so: far
+# above NOTICED, so that a loaded machine's slowness is not taken for a consumer deaf to them.
+NOTICED_WITHIN = 30.0
 
 
 @pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq-quorum",
@@ -64,39 +67,42 @@ def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
 def test_pause_with_jobs_in_flight_then_resume_runs_every_job_once(backend: Backend,
                                                                   tmp_path: Path) -> None:
     backend.produce(JOBS)
+    gate = tmp_path / "gate"  # the running end once it is there: the queue cannot run dry
     consumer = backend.start("consumer", "-p", TIMED, "-a", f"directory={tmp_path}",
-                             "-a", "sleep_ms=300", "-n", "3")
+                             "-a", f"gate={gate}", "-n", "3")
+    err = consuming(consumer)
     try:
-        assert wait_until(lambda: len(events(tmp_path, "end")) >= 3, 30), consumer.stderr
+        assert wait_until(lambda: len(events(tmp_path, "start")) >= 3, 30), err.text()
         said = jobq(backend, "pause")
-        paused_at = time.time()
         assert "paused: its consumers take no new job" in said, said
-        time.sleep(NOTICED + 1.0)
-
+        err.wait_for(r"queue paused \(jobq pause\)", NOTICED_WITHIN)
+        gate.touch()
+        opened = time.time()  # from now on a worker is free: any start is the pause's failure
+        # The running finish, and nothing sits in the consumer: every job not done is back in
+        # the queue, waiting.
+        assert wait_until(lambda: backend.waiting() == JOBS - len(events(tmp_path, "end")),
+                          30, step=0.5), err.text()
         started, ended = events(tmp_path, "start"), events(tmp_path, "end")
-        assert [job for job, at in started if at > paused_at + NOTICED] == []
         assert {job for job, _ in started} == {job for job, _ in ended}  # the running finished
         assert len(ended) < JOBS  # the pause held some back
         state = stats(backend)
         assert state["paused"] is True and state["paused_since"], state
-        # Nothing sits in the consumer: every job not done is back in the queue, waiting.
-        assert backend.waiting() == JOBS - len(ended), state
         if backend.transport == "postgres":
             assert state["depth"]["running"] == 0, state
         assert "paused since" in jobq(backend, "stats")
         assert "is already paused since" in jobq(backend, "pause")
 
-        said = jobq(backend, "resume")
         resumed_at = time.time()
+        said = jobq(backend, "resume")
         assert "resumed: it had been paused since" in said, said
+        assert [job for job, at in events(tmp_path, "start") if opened < at < resumed_at] == []
+        err.wait_for("queue resumed", NOTICED_WITHIN)
         assert wait_until(lambda: len(events(tmp_path, "end")) == JOBS, 60)
-        first = min(at for _, at in events(tmp_path, "start") if at > paused_at + NOTICED)
-        assert first < resumed_at + NOTICED
         assert "is not paused: nothing changed" in jobq(backend, "resume")
     finally:
-        code, err = stop(consumer)
-    assert code == 0, err
-    assert "queue paused (jobq pause)" in err and "queue resumed" in err, err
+        consumer.send_signal(signal.SIGTERM)
+        consumer.wait(30)
+    assert consumer.returncode == 0, err.text()
     starts = collections.Counter(job for job, _ in events(tmp_path, "start"))
     assert len(starts) == JOBS and set(starts.values()) == {1}, starts  # each exactly once
     assert backend.dead() == []
@@ -144,22 +150,28 @@ def test_a_consumer_whose_pause_flag_queue_is_deleted_goes_on_and_still_sees_a_p
         backend.produce(200)
         consumer = backend.start("consumer", "-p", TIMED, "-a", f"directory={tmp_path}",
                                  "-a", "sleep_ms=50", "-n", "2")
+        err = consuming(consumer)
         try:
             assert wait_until(lambda: len(events(tmp_path, "end")) >= 5, 30)
             asyncio.run(delete_queue(f"{queue_name}.paused"))  # as if an older jobq had declared
-            time.sleep(1.5)  # its looks find no <q>.paused: not paused, and it goes on
+            # Its looks (one a second) find no <q>.paused: not paused, and it goes on. A look
+            # that failed on it would have ended the session: the check at the end.
             done = len(events(tmp_path, "end"))
-            assert wait_until(lambda: len(events(tmp_path, "end")) > done + 5, 10)
+            assert wait_until(lambda: len(events(tmp_path, "end")) > done + 60, 30)
             jobq(backend, "pause")  # declares <q>.paused again
-            paused_at = time.time()
-            time.sleep(NOTICED + 0.5)
-            assert [job for job, at in events(tmp_path, "start") if at > paused_at + NOTICED] == []
+            err.wait_for(r"queue paused \(jobq pause\)", NOTICED_WITHIN)
+            noticed = time.time()  # once it said so, it starts nothing
+            assert wait_until(lambda: len(events(tmp_path, "start"))
+                              == len(events(tmp_path, "end")), 10)
+            assert [job for job, at in events(tmp_path, "start") if at > noticed] == []
             jobq(backend, "resume")
             assert wait_until(lambda: len(events(tmp_path, "end")) == 200, 60)
         finally:
-            code, err = stop(consumer)
-        assert code == 0, err
-        assert "lost the RabbitMQ session" not in err, err  # a 404 closed only the look's channel
+            consumer.send_signal(signal.SIGTERM)
+            consumer.wait(30)
+        assert consumer.returncode == 0, err.text()
+        # A 404 closed only the look's channel.
+        assert "lost the RabbitMQ session" not in err.text(), err.text()
     finally:
         backend.cleanup()
 
