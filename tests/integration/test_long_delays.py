@@ -13,7 +13,16 @@ from psycopg import sql
 from jobq.api import connect_publisher
 from jobq.config import load_settings
 from jobq.transport import NewJob
-from tests.conftest import AMQP_URL, PG_DSN, ROOT, fetch, schema_env, stop_cli, wait_until
+from tests.conftest import (
+    AMQP_URL,
+    PG_DSN,
+    ROOT,
+    consuming,
+    fetch,
+    schema_env,
+    stop_cli,
+    wait_until,
+)
 from tests.contract.backends import Backend
 from tests.processors import due_runs
 
@@ -66,8 +75,8 @@ def test_a_month_long_delay_waits_in_the_day_tier_with_its_due_time(rabbit: Back
 def test_a_message_back_early_goes_on_to_the_next_tier_unrun(rabbit: Backend, tmp_path: Path) -> None:
     consumer = rabbit.start("consumer", "--processor", "tests.processors:due_record",
                             "-a", f"directory={tmp_path}")
+    consuming(consumer)
     try:
-        time.sleep(1.0)
         due = time.time() + 2 * 86400 + 60
         asyncio.run(publish_early(rabbit.queue, due))
         assert wait_until(lambda: len(asyncio.run(tier_messages(rabbit.queue, "86400"))) == 1, 10)

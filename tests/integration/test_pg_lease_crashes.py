@@ -21,7 +21,16 @@ from jobq.config import ConnectConfig, PostgresConfig, load_settings
 from jobq.job import Ack, Dead, RetryIn
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.lease import PostgresTransport
-from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env, start_cli, wait_until
+from tests.conftest import (
+    ROOT,
+    consuming,
+    fetch,
+    pg_args,
+    run_cli,
+    schema_env,
+    start_cli,
+    wait_until,
+)
 from tests.processors import completions
 
 POISON = "tests.processors:poison"
@@ -168,7 +177,7 @@ def test_a_dead_consumers_jobs_run_again_within_15_s_by_default(
         assert wait_until(lambda: sum(r[1] == "running" for r in rows(pg_dsn, schema, queue_name).values())
                           >= 4, 20)
         rescuer = start_cli("consumer", *pg_args(queue_name), "-p", "noop", env=env)
-        time.sleep(1.0)  # the rescuer is up and idle (it finds nothing pending)
+        consuming(rescuer)  # up and idle (it finds nothing pending): its start-up is not counted
         held = {i for i, r in rows(pg_dsn, schema, queue_name).items() if r[1] == "running"}
         victim.send_signal(signal.SIGKILL)
         victim.wait()

@@ -18,7 +18,7 @@ from psycopg import sql
 from jobq.transports.postgres.claims import GRACE, ClaimStatement, Sweep
 from jobq.transports.postgres.held import pairs
 from jobq.transports.postgres.sql import Queries
-from tests.conftest import fetch, pg_args, run_cli, schema_env, start_cli, wait_until
+from tests.conftest import consuming, fetch, pg_args, run_cli, schema_env, start_cli, wait_until
 from tests.integration.test_postgres import produce, status_counts
 from tests.processors import completions
 
@@ -177,17 +177,17 @@ def test_a_running_consumer_wakes_for_new_jobs_and_stops_cleanly_on_sigterm(
         pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
     proc = start_cli("consumer", *pg_args(queue_name), *TXN, "-p", RECORD, "-a", f"directory={tmp_path}",
                      "-n", "4", env=schema_env(schema, JOBQ_POSTGRES__POLL_INTERVAL="3"))
+    err = consuming(proc)  # idle and listening; a 3 s poll would miss the deadline below
     try:
-        time.sleep(1.0)  # idle and listening; a 3 s poll would miss the deadline below
         produce(schema, queue_name, 20)
         assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"done": 20}, 2)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, err.text()
     assert sorted(completions(tmp_path)) == sorted(
         str(i) for (i,) in fetch(pg_dsn, sql.SQL("SELECT id FROM {}").format(table(schema))))
-    assert "stopped: ok=20" in err
+    assert "stopped: ok=20" in err.text()
 
 
 def test_the_claim_survives_its_prepared_statement_going_missing(

@@ -16,7 +16,16 @@ from jobq.api import connect_publisher
 from jobq.config import load_settings
 from jobq.transport import NewJob
 from jobq.transports.postgres.sql import migrations
-from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env, start_cli, wait_until
+from tests.conftest import (
+    ROOT,
+    consuming,
+    fetch,
+    pg_args,
+    run_cli,
+    schema_env,
+    start_cli,
+    wait_until,
+)
 from tests.integration.test_postgres import RECORD, produce, status_counts
 from tests.processors import completions
 
@@ -35,8 +44,8 @@ def test_idle_consumer_is_woken_by_notify_not_by_polling(
     env = schema_env(schema, JOBQ_POSTGRES__POLL_INTERVAL="30")
     proc = start_cli("consumer", *pg_args(queue_name), f"--claim={claim}", "-p", RECORD,
                      "-a", f"directory={tmp_path}", env=env)
+    consuming(proc)  # idle, asleep on LISTEN
     try:
-        time.sleep(1.5)  # idle, asleep on LISTEN
         for done in (3, 6):  # the second time, after a sweep that found jobs has run dry
             started = time.monotonic()
             produce(schema, queue_name, 3)
@@ -49,7 +58,7 @@ def test_idle_consumer_is_woken_by_notify_not_by_polling(
     finally:
         proc.send_signal(signal.SIGTERM)
         stopping = time.monotonic()
-        proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     assert time.monotonic() - stopping < 5  # an idle consumer stops at once
 
 
@@ -63,14 +72,14 @@ def test_poll_only_mode_still_finds_work(pg_dsn: str, schema: str, queue_name: s
     env = schema_env(schema, JOBQ_POSTGRES__NOTIFY="false", JOBQ_POSTGRES__POLL_INTERVAL="0.2")
     proc = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path}",
                      env=env)
+    err = consuming(proc)
     try:
-        time.sleep(1.0)
         produce(schema, queue_name, 5)
         assert wait_until(lambda: len(completions(tmp_path)) == 5, 10)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, err.text()
 
 
 def test_heartbeat_keeps_a_long_job_from_being_rescued(
