@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-under-load demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-under-load test-serial demo stack lint unit install clean chaos cluster bench-enqueue
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,15 +29,26 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
-# Two workers (every test has its own schema or queues), then alone what disturbs the servers
-# for everyone (the broker restart test).
+# The tests in three steps. (1) Integration and contract tests on WORKERS processes (every
+# test has its own schema or queues; most of their time is spent waiting for servers and
+# consumers, so more workers than cores). (2) What disturbs the servers for everyone (a broker
+# restart or crash: the `serial` mark) alone on the servers, with (3) the unit tests beside it,
+# which use no server. The bytecode is compiled first: this machine sets
+# PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again.
+WORKERS ?= 4
+PYTEST  := $(PY) -m pytest -q -p no:cacheprovider
 test: lint tests/keda/node_modules
-	$(PY) -m pytest -q -n 2 -m "not serial"
-	$(PY) -m pytest -q -m serial
+	$(PY) -m compileall -q src tests
+	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests/integration tests/contract
+	$(MAKE) --no-print-directory -j2 -O test-serial unit
+
+test-serial: $(STAMP)
+	$(PYTEST) -m serial tests/integration
 
 test-under-load: $(STAMP) tests/keda/node_modules
-	tools/under_load.sh $(PY) -m pytest -q -n 2 -m "not serial"
-	tools/under_load.sh $(PY) -m pytest -q -m serial
+	$(PY) -m compileall -q src tests
+	tools/under_load.sh $(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests/integration tests/contract
+	tools/under_load.sh $(MAKE) --no-print-directory -j2 -O test-serial unit
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
 tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
@@ -45,7 +56,7 @@ tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
 	touch $@
 
 unit: $(STAMP) tests/keda/node_modules
-	$(PY) -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo
