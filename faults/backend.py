@@ -20,7 +20,7 @@ from typing import Protocol
 from jobq.api import connect_publisher
 from jobq.cli import OVERRIDES, consumer_parser
 from jobq.config import Settings, load_settings
-from jobq.container import pool_buffer_max, rmq_prefetch
+from jobq.derived import pool_buffer_max, rmq_prefetch
 from jobq.transport import NewJob
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,17 +16,16 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
 from jobq.api import wired
 from jobq.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.config import Settings
 from jobq.container import (
-    Container,
     admin_of,
     get_admin,
-    get_metrics,
+    get_observers,
     get_publisher,
+    get_schedules,
     get_ticks,
     get_transport,
     get_worker_pool,
@@ -37,8 +36,7 @@ from jobq.container import (
 )
 from jobq.durations import format_duration
 from jobq.errors import ConfigError
-from jobq.metrics import Metrics, serve, stop_serving
-from jobq.monitor import Monitor, render_depth
+from jobq.monitor import render_depth
 from jobq.pacing import send_paced
 from jobq.pausing import render_change, render_state
 from jobq.pool import WorkerPool
@@ -46,7 +44,7 @@ from jobq.routing import require_processor
 from jobq.schedules import parse_schedules, scheduling
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
-from jobq.transport import Admin, Control, NewJob, Transport
+from jobq.transport import Admin, Control, NewJob
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
@@ -60,21 +58,6 @@ def signals_to(stop: Callable[[], None]) -> Iterator[None]:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-
-
-async def _observers(settings: Settings, container: Container, pool: WorkerPool,
-                     transport: Transport) -> tuple[Metrics, WSGIServer | None, Monitor]:
-    """The metrics (watching ``pool``), their HTTP server if enabled, and the monitor."""
-    metrics = get_metrics(container)
-    metrics.watch(pool, transport)
-    server = (serve(metrics, settings.metrics.host, settings.metrics.port)
-              if settings.metrics.enabled else None)
-    wanted = server is not None or settings.log.summary_interval > 0
-    probe = (await get_admin(container)).depth if wanted else None
-    monitor = Monitor(pool, metrics=metrics if server else None, probe=probe,
-                      depth_interval=settings.metrics.depth_interval,
-                      summary_interval=settings.log.summary_interval)
-    return metrics, server, monitor
 
 
 async def consume(settings: Settings, *, stats_json: str | None = None,
@@ -120,16 +103,11 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
     async with wired(settings) as container:
         pool = await get_worker_pool(container)
         transport = await get_transport(container)
-        metrics, server, monitor = await _observers(settings, container, pool, transport)
-        schedules = parse_schedules(settings.schedules)
-        try:
-            ticks = await get_ticks(container) if schedules else None
-            await pool.look_at_pause()
-            await open_transport(transport, settings.connect, log)
-        except BaseException:  # failed or abandoned (a signal): nothing else will stop it
-            if server is not None:
-                stop_serving(server)
-            raise
+        metrics, server, monitor = await get_observers(container)
+        schedules = get_schedules(container)
+        ticks = await get_ticks(container) if schedules else None
+        await pool.look_at_pause()
+        await open_transport(transport, settings.connect, log)
         pools.append(pool)
         if stopping:
             # A signal came during the start-up and its cancel did not end it (a library on
@@ -153,8 +131,6 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             shutdown = round(time.monotonic() - stopping[0], 3) if stopping else None
             if shutdown is not None:
                 metrics.shutdown(shutdown)
-            if server is not None:
-                stop_serving(server)
         forced = pool.forced
     summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
                "cancelled": stats.cancelled, "released": stats.released,

@@ -21,21 +21,31 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+from wsgiref.simple_server import WSGIServer
 
 from dependency_injector import containers, providers
 
 from jobq.backoff import Backoff
 from jobq.config import Settings
+from jobq.derived import (
+    LEASE_POOL,
+    metric_kinds,
+    pg_pool_size,
+    pool_buffer,
+    pool_buffer_max,
+    rmq_prefetch,
+)
 from jobq.errors import ConfigError
 from jobq.metrics import Metrics
+from jobq.monitor import Monitor
 from jobq.move import Sink, Source
+from jobq.observing import job_tracing, metrics_server, monitor, observer
 from jobq.pausing import PauseWatch
 from jobq.pool import WorkerPool
 from jobq.relay import Outbox, Relay
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
-from jobq.schedules import Ticks
-from jobq.sizing import CEILING as BUFFER_CEILING
+from jobq.schedules import Schedule, Ticks, parse_schedules
 from jobq.threads import HandlerThreads
 from jobq.transport import Admin, Publisher, Transport
 
@@ -57,8 +67,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
-
 
 def lazy(path: str) -> Callable[..., Any]:
     """A factory for the class at ``"module:Name"``, importing its module on the first call."""
@@ -71,36 +79,6 @@ def lazy(path: str) -> Callable[..., Any]:
     return make
 
 
-def transaction_mode(settings: Settings) -> bool:
-    """True when jobs run inside the transaction that claimed them (postgres.claim: transaction)."""
-    return settings.transport == "postgres" and settings.postgres.claim == "transaction"
-
-
-def pg_pool_size(settings: Settings) -> int:
-    """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
-
-    Transaction mode holds one per running job, one for picks (and the depth gauge and the
-    pause watch's look every second) and one spare: concurrency + 2. The transport warns at
-    start-up when a configured size is below concurrency + 1. With ``postgres.retention`` set,
-    one more: the pruner holds one for its round, which the claims, acks and heartbeats should
-    not have to wait for.
-    """
-    if settings.postgres.pool_size:
-        return settings.postgres.pool_size
-    pruner = 1 if settings.postgres.retention.enabled else 0
-    return pruner + (settings.consumer.concurrency + 2 if transaction_mode(settings)
-                     else LEASE_POOL)
-
-
-def pool_buffer(settings: Settings) -> int:
-    """Deliveries held ready beyond the running ones.
-
-    Zero in transaction mode: a buffered delivery would hold a connection, an open
-    transaction and a row lock while it waits, so the pool claims only for a free worker.
-    """
-    return 0 if transaction_mode(settings) else settings.consumer.buffer_size
-
-
 def pool_drain_timeout(settings: Settings) -> float:
     """How long an idle --once pool's empty receive waits before "nothing left" is believed:
     a claim's empty answer is the truth; a RabbitMQ consumer waits for deliveries in flight."""
@@ -108,17 +86,6 @@ def pool_drain_timeout(settings: Settings) -> float:
         return 0.0
     from jobq.transports.rabbitmq.consumer import DRAIN_TIMEOUT
     return DRAIN_TIMEOUT
-
-
-def pool_buffer_max(settings: Settings) -> int:
-    """How far jobq may grow the buffer for short jobs (sizing.py): only in lease mode with
-    ``consumer.buffer`` left to jobq (-1). A lease claim takes at most half of concurrency +
-    buffer (the pool's next claim goes out while the workers run the last), so there the
-    buffer sets the claim's batch size; RabbitMQ's prefetch is set once per session, and a
-    configured buffer is kept as it is."""
-    if settings.transport != "postgres" or transaction_mode(settings) or settings.consumer.buffer >= 0:
-        return 0
-    return max(BUFFER_CEILING, settings.consumer.buffer_size)
 
 
 async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[Any]:
@@ -138,11 +105,6 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
     finally:
         await pool.close()
 
-
-def rmq_prefetch(settings: Settings) -> int:
-    """RabbitMQ prefetch: as configured, else what the pool holds (concurrency plus buffer)."""
-    return settings.rabbitmq.prefetch or (settings.consumer.concurrency
-                                          + settings.consumer.buffer_size)
 
 
 async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
@@ -164,31 +126,12 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
         await link.close()
 
 
-def metric_kinds(settings: Settings) -> list[str]:
-    """The kinds with series of their own: ``metrics.kinds``, else ``consumer.processors``'."""
-    return list(settings.metrics.kinds or settings.consumer.processors)
-
 
 def handler(settings: Settings, threads: HandlerThreads, tracing: Any) -> Any:
     """The configured processor (or per-kind processors), awaitable whatever it is; inside a
     span per job with tracing on (``tracing``: a jobq.tracing.JobTracing, else None)."""
     built = build_handler(settings.consumer, threads)
     return built if tracing is None else tracing.wrap(built)
-
-
-def job_tracing(settings: Settings, metrics: Metrics) -> Any:
-    """The consumer's tracing (tracing.enabled), observing the pool before the metrics do; None
-    when off, and then OpenTelemetry is not even imported."""
-    if not settings.tracing.enabled:
-        return None
-    from jobq.tracing import JobTracing
-
-    return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
-
-
-def observer(metrics: Metrics, tracing: Any) -> Any:
-    """What observes the pool: the tracing (which hands every event on), else the metrics."""
-    return tracing if tracing is not None else metrics
 
 
 class Container(containers.DeclarativeContainer):
@@ -334,6 +277,11 @@ class Container(containers.DeclarativeContainer):
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
         pause=pause_watch,
     )
+    metrics_server = providers.Resource(metrics_server, settings=settings, metrics=metrics)
+    monitor = providers.Singleton(monitor, settings=settings, pool=worker_pool,
+                                  transport=transport, metrics=metrics, server=metrics_server,
+                                  admin=admin)
+    schedules = providers.Callable(parse_schedules, cfg.schedules)
 
 
 async def resolve(provided: T | Awaitable[T]) -> T:
@@ -387,6 +335,21 @@ async def get_worker_pool(container: Container) -> WorkerPool:
     await resolve(container.transport_links())
     pool: WorkerPool = await resolve(container.worker_pool())
     return pool
+
+
+async def get_observers(container: Container) -> tuple[Metrics, WSGIServer | None, Monitor]:
+    """The consumer's metrics (watching its pool and transport), their HTTP server if
+    ``metrics.enabled`` (serving from now on, stopped with the container) and its monitor."""
+    await connect(container)
+    watching: Monitor = await resolve(container.monitor())
+    server: WSGIServer | None = await resolve(container.metrics_server())
+    return get_metrics(container), server, watching
+
+
+def get_schedules(container: Container) -> tuple[Schedule, ...]:
+    """The configured schedules (``schedules:``), checked."""
+    schedules: tuple[Schedule, ...] = container.schedules()
+    return schedules
 
 
 async def get_ticks(container: Container) -> Ticks:

@@ -7,7 +7,7 @@ from typing import Any
 
 from jobq import Job
 from jobq.config import Settings, load_settings
-from jobq.container import pool_buffer, pool_buffer_max
+from jobq.derived import pool_buffer, pool_buffer_max
 from jobq.sizing import CEILING, HOLD, BufferSizer
 from jobq.transports.memory import MemoryStore
 from tests.unit.test_pool import CountingTransport, make_pool

@@ -240,7 +240,7 @@ async def test_per_kind_series_for_the_named_kinds_and_other_for_the_rest() -> N
 
 def test_metrics_kinds_default_to_the_processors_and_are_bounded() -> None:
     from jobq.config import load_settings
-    from jobq.container import metric_kinds
+    from jobq.derived import metric_kinds
     from jobq.errors import ConfigError
 
     settings = load_settings(None, {"consumer.processors": {"email": "noop", "report": "noop"}})

@@ -8,7 +8,7 @@ import pytest
 
 from jobq.commands import prune_ages
 from jobq.config import load_settings
-from jobq.container import pg_pool_size
+from jobq.derived import pg_pool_size
 from jobq.durations import format_duration, parse_duration
 from jobq.errors import ConfigError
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from jobq.config import ConnectConfig, RabbitConfig, load_settings
-from jobq.container import rmq_prefetch
+from jobq.derived import rmq_prefetch
 from jobq.errors import ConfigError
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning, worst_hold
 from jobq.transports.rabbitmq.connect import RabbitLink

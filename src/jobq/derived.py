@@ -1,0 +1,62 @@
+"""What jobq derives from the settings to wire a process: pool sizes, buffers, prefetch,
+the kinds with series of their own. Plain functions of Settings, read by the composition
+root (container.py), the benchmarks and the fault suite, and unit tested on their own."""
+
+from __future__ import annotations
+
+from jobq.config import Settings
+from jobq.sizing import CEILING as BUFFER_CEILING
+
+LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
+
+
+def transaction_mode(settings: Settings) -> bool:
+    """True when jobs run inside the transaction that claimed them (postgres.claim: transaction)."""
+    return settings.transport == "postgres" and settings.postgres.claim == "transaction"
+
+
+def pg_pool_size(settings: Settings) -> int:
+    """Connections the Postgres transport may use: ``postgres.pool_size``, or derived (0).
+
+    Transaction mode holds one per running job, one for picks (and the depth gauge and the
+    pause watch's look every second) and one spare: concurrency + 2. The transport warns at
+    start-up when a configured size is below concurrency + 1. With ``postgres.retention`` set,
+    one more: the pruner holds one for its round, which the claims, acks and heartbeats should
+    not have to wait for.
+    """
+    if settings.postgres.pool_size:
+        return settings.postgres.pool_size
+    pruner = 1 if settings.postgres.retention.enabled else 0
+    return pruner + (settings.consumer.concurrency + 2 if transaction_mode(settings)
+                     else LEASE_POOL)
+
+
+def pool_buffer(settings: Settings) -> int:
+    """Deliveries held ready beyond the running ones.
+
+    Zero in transaction mode: a buffered delivery would hold a connection, an open
+    transaction and a row lock while it waits, so the pool claims only for a free worker.
+    """
+    return 0 if transaction_mode(settings) else settings.consumer.buffer_size
+
+
+def pool_buffer_max(settings: Settings) -> int:
+    """How far jobq may grow the buffer for short jobs (sizing.py): only in lease mode with
+    ``consumer.buffer`` left to jobq (-1). A lease claim takes at most half of concurrency +
+    buffer (the pool's next claim goes out while the workers run the last), so there the
+    buffer sets the claim's batch size; RabbitMQ's prefetch is set once per session, and a
+    configured buffer is kept as it is."""
+    if settings.transport != "postgres" or transaction_mode(settings) or settings.consumer.buffer >= 0:
+        return 0
+    return max(BUFFER_CEILING, settings.consumer.buffer_size)
+
+
+def rmq_prefetch(settings: Settings) -> int:
+    """RabbitMQ prefetch: as configured, else what the pool holds (concurrency plus buffer)."""
+    return settings.rabbitmq.prefetch or (settings.consumer.concurrency
+                                          + settings.consumer.buffer_size)
+
+
+def metric_kinds(settings: Settings) -> list[str]:
+    """The kinds with series of their own: ``metrics.kinds``, else ``consumer.processors``'."""
+    return list(settings.metrics.kinds or settings.consumer.processors)

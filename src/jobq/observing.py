@@ -1,0 +1,54 @@
+"""What watches a consumer, as the composition root builds it: the tracing and metrics that
+observe its pool, the /metrics server, the monitor (depth gauge, summary lines)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from jobq.config import Settings
+from jobq.metrics import Metrics, serve, stop_serving
+from jobq.monitor import Monitor
+from jobq.pool import WorkerPool
+from jobq.transport import Admin, Transport
+
+
+def job_tracing(settings: Settings, metrics: Metrics) -> Any:
+    """The consumer's tracing (tracing.enabled), observing the pool before the metrics do; None
+    when off, and then OpenTelemetry is not even imported."""
+    if not settings.tracing.enabled:
+        return None
+    from jobq.tracing import JobTracing
+
+    return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
+
+
+def observer(metrics: Metrics, tracing: Any) -> Any:
+    """What observes the pool: the tracing (which hands every event on), else the metrics."""
+    return tracing if tracing is not None else metrics
+
+
+def metrics_server(settings: Settings, metrics: Metrics) -> Iterator[WSGIServer | None]:
+    """The /metrics, /healthz and /readyz server when ``metrics.enabled`` (else None),
+    started when first asked for and stopped at shutdown, a failed start-up's included."""
+    if not settings.metrics.enabled:
+        yield None
+        return
+    server = serve(metrics, settings.metrics.host, settings.metrics.port)
+    try:
+        yield server
+    finally:
+        stop_serving(server)
+
+
+def monitor(settings: Settings, pool: WorkerPool, transport: Transport, metrics: Metrics,
+            server: WSGIServer | None, admin: Admin) -> Monitor:
+    """The consumer's monitor (the depth gauge, the summary lines), the metrics watching
+    ``pool`` and ``transport``; the queue's depth is read only if a gauge or a summary shows it."""
+    metrics.watch(pool, transport)
+    wanted = server is not None or settings.log.summary_interval > 0
+    return Monitor(pool, metrics=metrics if server else None,
+                   probe=admin.depth if wanted else None,
+                   depth_interval=settings.metrics.depth_interval,
+                   summary_interval=settings.log.summary_interval)
