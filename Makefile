@@ -29,18 +29,19 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
-# The tests in three steps. (1) Integration and contract tests on WORKERS processes (every
+# The tests in two steps. (1) Integration and contract tests on WORKERS processes (every
 # test has its own schema or queues; most of their time is spent waiting for servers and
 # consumers, so more workers than cores). (2) What disturbs the servers for everyone (a broker
-# restart or crash: the `serial` mark) alone on the servers, with (3) the unit tests beside it,
-# which use no server. The bytecode is compiled first: this machine sets
-# PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again.
+# restart or crash: the `serial` mark) alone on the servers, and beside it what uses no
+# server and needs the CPU it leaves: the lint and the unit tests. The bytecode is compiled
+# first: this machine sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile
+# jobq again. `make lint` alone for a quick look.
 WORKERS ?= 4
 PYTEST  := $(PY) -m pytest -q -p no:cacheprovider
-test: lint tests/keda/node_modules
+test: $(STAMP) tests/keda/node_modules
 	$(PY) -m compileall -q src tests
 	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests/integration tests/contract
-	$(MAKE) --no-print-directory -j2 -O test-serial unit
+	$(MAKE) --no-print-directory -j3 -O test-serial lint unit
 
 test-serial: $(STAMP)
 	$(PYTEST) -m serial tests/integration
