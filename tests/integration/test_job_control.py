@@ -199,7 +199,9 @@ def test_a_cancel_waits_for_a_pending_rows_momentary_lock_and_a_retry_drops_old_
         holder.execute(sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR UPDATE").format(
             jobs_table(schema)), [int(first)])
         cancel = backend.start("jobq", "jobs", "cancel", first)
-        time.sleep(0.7)
+        blocked = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+        assert wait_until(lambda: fetch(PG_DSN, blocked, [holder.info.backend_pid])[0][0] > 0,
+                          30), "the cancel never waited for the row's lock"
         holder.rollback()
         out, err = cancel.communicate(timeout=30)
     assert cancel.returncode == 0, err
