@@ -21,7 +21,6 @@ from jobq.errors import (
     describe,
 )
 from jobq.handback import release_all
-from jobq.interrupts import Interrupts
 from jobq.job import (
     ACK,
     Cancelled,
@@ -42,6 +41,7 @@ from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 from jobq.within import within
+from jobq.worker.interrupts import Interrupts
 
 _STOP = None  # the sentinel a worker reads as "no more work"
 # At shutdown, how long handing back the unstarted may take (at most shutdown_timeout).

@@ -7,8 +7,8 @@ import contextlib
 import time
 
 from jobq import Job
-from jobq.interrupts import CANCEL_LOOK
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.interrupts import CANCEL_LOOK
 from tests.unit.test_pool import make_pool
 
 

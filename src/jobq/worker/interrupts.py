@@ -1,5 +1,5 @@
 """What stops a running handler before it ends: its job timeout, an operator's cancel, the
-shutdown deadline. A part of the worker pool (``pool.WorkerPool``).
+shutdown deadline. A part of the worker pool (``jobq.worker``).
 
 Each cancels the worker task of the slot that runs the job and marks the slot with why; when
 the ``CancelledError`` reaches the worker, it asks whose cancel it was (``timed_out``,
