@@ -7,10 +7,8 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from jobq.backoff import Backoff, pause
+from jobq.backoff import pause
 from jobq.errors import (
     HandlerCancelled,
     JobCancelled,
@@ -41,51 +39,14 @@ from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 from jobq.within import within
+from jobq.worker.bounds import INTERRUPT_GRACE, RECEIVE_BACKOFF, RELEASE_TIMEOUT, STALL_MARGIN
 from jobq.worker.interrupts import Interrupts
+from jobq.worker.stats import PoolObserver, PoolStats
 
 _STOP = None  # the sentinel a worker reads as "no more work"
-# At shutdown, how long handing back the unstarted may take (at most shutdown_timeout).
-RELEASE_TIMEOUT = 10.0
-STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends by then or is cut)
-# Capped low: once the server is back, an idle pool should notice within seconds.
-RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
-INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
-
-
-class PoolObserver(Protocol):
-    """Receives the pool's events (metrics); must be cheap, it runs on the hot path."""
-
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
-                job: Job) -> None: ...
-
-    def gauges(self, in_flight: int, buffered: int) -> None: ...
-
-
-@dataclass(slots=True)
-class PoolStats:
-    """What a pool run did, for the exit summary."""
-
-    ok: int = 0
-    retried: int = 0
-    dead: int = 0
-    cancelled: int = 0  # by an operator while they ran (jobq jobs cancel)
-    released: int = 0
-    settle_failures: int = 0
-    worker_deaths: int = 0
-    started_at: float = field(default_factory=time.monotonic)
-    first_job_at: float | None = None
-    last_job_at: float | None = None
-
-    @property
-    def settled(self) -> int:
-        """Jobs that ran (or were dead-lettered unrun) and were settled."""
-        return self.ok + self.retried + self.dead + self.cancelled
-
-    def rate(self) -> float:
-        """Settled jobs per second between the first receive and the last settle."""
-        if self.first_job_at is None or self.last_job_at is None:
-            return 0.0
-        return self.settled / max(self.last_job_at - self.first_job_at, 1e-9)
+# Where they were defined before jobq.worker: the pool's callers import them from here.
+__all__ = ["INTERRUPT_GRACE", "RELEASE_TIMEOUT", "STALL_MARGIN", "PoolObserver", "PoolStats",
+           "WorkerPool"]
 
 
 class WorkerPool:

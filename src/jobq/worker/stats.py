@@ -1,0 +1,46 @@
+"""What a pool run did (``PoolStats``) and who hears of each settle (``PoolObserver``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jobq.job import Job, Outcome
+
+
+class PoolObserver(Protocol):
+    """Receives the pool's events (metrics); must be cheap, it runs on the hot path."""
+
+    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+                job: Job) -> None: ...
+
+    def gauges(self, in_flight: int, buffered: int) -> None: ...
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """What a pool run did, for the exit summary."""
+
+    ok: int = 0
+    retried: int = 0
+    dead: int = 0
+    cancelled: int = 0  # by an operator while they ran (jobq jobs cancel)
+    released: int = 0
+    settle_failures: int = 0
+    worker_deaths: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    first_job_at: float | None = None
+    last_job_at: float | None = None
+
+    @property
+    def settled(self) -> int:
+        """Jobs that ran (or were dead-lettered unrun) and were settled."""
+        return self.ok + self.retried + self.dead + self.cancelled
+
+    def rate(self) -> float:
+        """Settled jobs per second between the first receive and the last settle."""
+        if self.first_job_at is None or self.last_job_at is None:
+            return 0.0
+        return self.settled / max(self.last_job_at - self.first_job_at, 1e-9)
+
