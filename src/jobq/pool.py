@@ -41,6 +41,7 @@ from jobq.transport import Transport
 from jobq.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RECEIVE_BACKOFF, RELEASE_TIMEOUT, STALL_MARGIN
 from jobq.worker.interrupts import Interrupts
+from jobq.worker.lifecycle import Lifecycle, State
 from jobq.worker.stats import PoolObserver, PoolStats
 
 _STOP = None  # the sentinel a worker reads as "no more work"
@@ -102,9 +103,7 @@ class WorkerPool:
         self._room = asyncio.Event()
         self._settled = asyncio.Event()  # set at every settle (isolated runs wait on it)
         self._isolated: list[Delivery] = []  # received, waiting to run alone
-        self._stop = asyncio.Event()
-        self._forced = False
-        self._force = asyncio.Event()
+        self._life = Lifecycle()  # the one lifecycle state (and the events a stop sets)
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._workers: list[asyncio.Task[None]] = []
         # slot -> the delivery its worker took and has not settled; the extra last entry is
@@ -115,18 +114,21 @@ class WorkerPool:
                                       holding=self._holding, cancel=self._cancel_worker,
                                       health=transport.health, logger=self._log)
         self._run_at = time.monotonic()
-        self._closing = False  # run() is cancelling its workers: their end is not a death
         self._stall_timeout = stall_timeout or (job_timeout or 300.0) + STALL_MARGIN
         self._threads = threads  # shut down at the end of run (the pool's sync handlers' threads)
         self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
         self._pause = pause
-        self._paused = False  # what the pause watch last said (workers read it before each job)
         self._held_back: list[Delivery] = []  # taken by a worker after the pause: not started
         self._handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
         self._ahead: asyncio.Task[list[Delivery]] | None = None  # the next receive, asked early
         if pause is not None:
             pause.listen(self._pause_changed)
+
+    @property
+    def state(self) -> State:
+        """Where the pool is in its life (starting, running, paused, draining, ...)."""
+        return self._life.state
 
     @property
     def in_flight(self) -> int:
@@ -141,17 +143,17 @@ class WorkerPool:
     @property
     def consuming(self) -> bool:
         """False once stopping, or while receives fail (readiness; ``run`` sets stop at its end)."""
-        return not self._stop.is_set() and self.receive_failures == 0
+        return not self._life.stopped and self.receive_failures == 0
 
     @property
     def paused(self) -> bool:
         """True while the pool holds back because its queue is paused (``jobq pause``)."""
-        return self._paused
+        return self._life.paused
 
     @property
     def forced(self) -> bool:
         """True once a second stop signal asked to stop at once."""
-        return self._forced
+        return self._life.forced
 
     @property
     def workers_alive(self) -> int:
@@ -168,7 +170,7 @@ class WorkerPool:
 
     def problem(self, now: float) -> str | None:
         """Why the pool is not live (a dead worker, no progress), or None; read by /healthz."""
-        if self._stop.is_set() or not self._workers:
+        if self._life.stopped or not self._workers:
             return None  # not started, or stopping: shutdown has its own deadline
         alive = self.workers_alive
         if alive < self._concurrency:
@@ -186,25 +188,23 @@ class WorkerPool:
 
     def stop(self) -> None:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
-        if self._stop.is_set():
-            self._forced = True
-            self._force.set()
+        if self._life.stop():
             self._log.warning("second stop signal: stopping at once")
-        self._stop.set()
         self._room.set()
 
     async def run(self) -> PoolStats:
         """Run until stopped (or, with ``once``, until nothing is eligible); return the stats."""
         self._run_at = time.monotonic()
+        self._life.start()
         workers = self._workers = [self._spawn(i) for i in range(self._concurrency)]
         fetcher = asyncio.create_task(self._fetch())
-        stopper = asyncio.create_task(self._stop.wait())
+        stopper = asyncio.create_task(self._life.stopping.wait())
         watchdog = asyncio.create_task(self._interrupts.watch_timeouts())
         cancels = asyncio.create_task(self._interrupts.watch_cancels())
         pauses = asyncio.create_task(self._pause.run() if self._pause else asyncio.sleep(0))
         try:
             await asyncio.wait({fetcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            self._stop.set()
+            self._life.drain()
             fetcher.cancel()  # receive() is cancel-safe: an idle wait may last poll_interval
             await asyncio.gather(fetcher, return_exceptions=True)
             if self._handback is not None:  # a pause's hand-back the cancel did not stop
@@ -219,7 +219,7 @@ class WorkerPool:
             if crashed is not None:
                 raise crashed
         finally:
-            self._closing = True
+            self._life.close()
             stopper.cancel()
             watchdog.cancel()
             cancels.cancel()
@@ -244,7 +244,7 @@ class WorkerPool:
 
     def _ended(self, slot: int, task: asyncio.Task[None]) -> None:
         """Supervision: a worker that ends other than by the stop sentinel is logged and replaced."""
-        if self._closing or self._forced or self._workers[slot] is not task:
+        if self._life.left or self._workers[slot] is not task:
             return
         cause = None if task.cancelled() else task.exception()
         if cause is None and not task.cancelled():
@@ -293,7 +293,7 @@ class WorkerPool:
 
     async def _fetch_batches(self) -> None:
         failures = 0
-        while not self._stop.is_set():
+        while not self._life.stopped:
             if not self._sizer.fixed:
                 self._resize(self._sizer.measure(time.monotonic(), self.stats.settled))
             idle_before = False
@@ -303,7 +303,7 @@ class WorkerPool:
                 # already taken; self._ahead stays set until it is in hand (_end_ahead).
                 receiving = asyncio.shield(self._ahead)
             else:
-                if self._paused:
+                if self._life.paused:
                     if not await self._hold():
                         return
                     continue
@@ -352,7 +352,7 @@ class WorkerPool:
     async def _receive_failed(self, exc: TransportError, failures: int) -> None:
         delay = RECEIVE_BACKOFF.delay(failures)
         self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
-        await pause(delay, self._stop)
+        await pause(delay, self._life.stopping)
 
     def _ask(self, room: int) -> int:
         """With a buffer, at most half the capacity per receive, so that the next can be on its
@@ -371,8 +371,8 @@ class WorkerPool:
         claims only for free workers), not while paused or stopping, nor beside a job that
         must run alone: receiving waits for it (``_run_isolated``)."""
         room = self._capacity - self._outstanding - len(batch)
-        if (self._capacity == self._concurrency or room < self._low_water or self._paused
-                or self._stop.is_set() or any(delivery.isolate for delivery in batch)):
+        if (self._capacity == self._concurrency or room < self._low_water
+                or self._life.holds_back or any(delivery.isolate for delivery in batch)):
             return None
         return asyncio.ensure_future(self._transport.receive(self._ask(room),
                                                              self._receive_timeout(False)))
@@ -402,9 +402,9 @@ class WorkerPool:
         and is released. One already running when the pause came is waited for (the fetcher
         holds meanwhile), so nothing runs beside it after a resume.
         """
-        while self._isolated and not self._paused:
-            await self._until(lambda: self._paused or self._outstanding == len(self._isolated))
-            if self._paused:
+        while self._isolated and not self._life.paused:
+            await self._until(lambda: self._life.paused or self._outstanding == len(self._isolated))
+            if self._life.paused:
                 return
             delivery = self._isolated.pop(0)
             self._queue.put_nowait(delivery)
@@ -413,7 +413,7 @@ class WorkerPool:
     def _ran_alone(self, delivery: Delivery) -> bool:
         """The run alone of ``delivery`` is over: it settled, or a pause held it back unstarted."""
         return self._outstanding == len(self._isolated) or (
-            self._paused and any(d is delivery for d in self._held_back))
+            self._life.paused and any(d is delivery for d in self._held_back))
 
     async def _hold(self) -> bool:
         """While the queue is paused: hand back the unstarted, receive nothing, wait for the
@@ -427,10 +427,10 @@ class WorkerPool:
         if self._once:
             self._log.info("the queue is paused: nothing more to do (--once)")
             return False
-        while self._paused and not self._stop.is_set():
+        while self._life.paused and not self._life.stopped:
             self._room.clear()  # set by the resume, a stop, and every settle: no spinning
             await self._room.wait()
-        if self._stop.is_set():
+        if self._life.stopped:
             return False
         try:
             await self._transport.resume()
@@ -448,7 +448,7 @@ class WorkerPool:
         await self._release(self._unstarted(), "the queue is paused")
 
     def _pause_changed(self, paused: bool) -> None:
-        self._paused = paused
+        self._life.pause_changed(paused)
         if not paused:  # a pause over before the fetcher saw it: what workers held back runs
             for delivery in self._held_back:
                 self._queue.put_nowait(delivery)
@@ -525,9 +525,9 @@ class WorkerPool:
         """Wait for the workers (and any replacement) to finish; False on timeout or forced stop."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        forced = asyncio.ensure_future(self._force.wait())
+        forced = asyncio.ensure_future(self._life.forcing.wait())
         try:
-            while not self._forced:
+            while not self._life.forced:
                 pending = {w for w in self._workers if not w.done()}
                 left = deadline - loop.time()
                 if not pending or left <= 0:
@@ -546,9 +546,9 @@ class WorkerPool:
         assert task is not None
         while True:
             delivery = await queue.get()
-            if delivery is None or self._forced:
+            if delivery is None or self._life.forced:
                 return
-            if self._paused or self._stop.is_set():
+            if self._life.holds_back:
                 # Not started: handed back with the rest (_hold, or at a stop: a worker freed
                 # between the stop and the hand-back starts nothing new), or run at resume.
                 self._held_back.append(delivery)

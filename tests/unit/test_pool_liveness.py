@@ -21,6 +21,7 @@ from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.lifecycle import State
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -86,11 +87,11 @@ async def test_a_dead_worker_fails_healthz_until_replaced() -> None:
     run = asyncio.create_task(pool.run())
     await asyncio.wait_for(started.wait(), 5)
     assert pool.problem(time.monotonic()) is None and pool.workers_alive == 2
-    pool._closing = True  # no replacement: what /healthz shows while a slot has no worker
+    pool._life._phase = State.STOPPED  # no replacement: what /healthz shows while a slot has no worker
     pool._workers[1].cancel()
     await asyncio.sleep(0.01)
     assert pool.problem(time.monotonic()) == "1 of 2 workers alive"
-    pool._closing = False
+    pool._life._phase = State.RUNNING
     pool.stop()
     pool.stop()  # at once
     await asyncio.wait_for(run, 5)
