@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 from jobq.backoff import pause
 from jobq.errors import (
@@ -35,16 +35,15 @@ from jobq.job import (
 from jobq.pausing import PauseWatch
 from jobq.processor import Handler
 from jobq.retry import RetryPolicy
-from jobq.sizing import BufferSizer
 from jobq.threads import HandlerThreads
 from jobq.transport import Transport
 from jobq.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RECEIVE_BACKOFF, RELEASE_TIMEOUT, STALL_MARGIN
+from jobq.worker.capacity import Capacity
 from jobq.worker.interrupts import Interrupts
 from jobq.worker.lifecycle import Lifecycle, State
 from jobq.worker.stats import PoolObserver, PoolStats
 
-_STOP = None  # the sentinel a worker reads as "no more work"
 # Where they were defined before jobq.worker: the pool's callers import them from here.
 __all__ = ["INTERRUPT_GRACE", "RELEASE_TIMEOUT", "STALL_MARGIN", "PoolObserver", "PoolStats",
            "WorkerPool"]
@@ -83,11 +82,8 @@ class WorkerPool:
         self._handler = handler
         self._policy = policy
         self._concurrency = concurrency
-        # buffer_max above buffer_size: jobq sizes the buffer by the settle rate (sizing.py).
-        self._sizer = BufferSizer(buffer_size, buffer_max)
-        self._capacity = 0
-        self._low_water = 1
-        self._resize(buffer_size)
+        # The bounded buffer and its slot accounting.
+        self._capacity = Capacity(concurrency, buffer_size, buffer_max)
         self._job_timeout = job_timeout
         self._shutdown_timeout = shutdown_timeout
         self._poll_timeout = poll_timeout
@@ -98,11 +94,6 @@ class WorkerPool:
         self._observer = observer
         self._log = logger or logging.getLogger("jobq.pool")
         self._debug = self._log.isEnabledFor(logging.DEBUG)
-        self._queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self._outstanding = 0
-        self._room = asyncio.Event()
-        self._settled = asyncio.Event()  # set at every settle (isolated runs wait on it)
-        self._isolated: list[Delivery] = []  # received, waiting to run alone
         self._life = Lifecycle()  # the one lifecycle state (and the events a stop sets)
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._workers: list[asyncio.Task[None]] = []
@@ -119,7 +110,6 @@ class WorkerPool:
         self.receive_failures = 0  # consecutive failed receives (readiness)
         self.stats = PoolStats()
         self._pause = pause
-        self._held_back: list[Delivery] = []  # taken by a worker after the pause: not started
         self._handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
         self._ahead: asyncio.Task[list[Delivery]] | None = None  # the next receive, asked early
         if pause is not None:
@@ -133,12 +123,12 @@ class WorkerPool:
     @property
     def in_flight(self) -> int:
         """Deliveries received and not yet settled (running or buffered)."""
-        return self._outstanding
+        return self._capacity.outstanding
 
     @property
     def buffered(self) -> int:
         """Deliveries received and waiting for a worker."""
-        return self._queue.qsize()
+        return self._capacity.queue.qsize()
 
     @property
     def consuming(self) -> bool:
@@ -162,7 +152,7 @@ class WorkerPool:
 
     def stalled(self, now: float) -> bool:
         """Jobs are held, and none started or settled for ``stall_timeout`` seconds."""
-        if self._outstanding <= 0 or not self._workers:
+        if self._capacity.outstanding <= 0 or not self._workers:
             return False
         # Progress: the last settle, the start of any running handler, or the run's start.
         last = max(self.stats.last_job_at or 0.0, self._run_at, *tuple(self._started_at.values()))
@@ -177,7 +167,7 @@ class WorkerPool:
             return f"{alive} of {self._concurrency} workers alive"
         if self.stalled(now):
             return (f"no job started or settled for over {self._stall_timeout:g}s while "
-                    f"{self._outstanding} are held")
+                    f"{self._capacity.outstanding} are held")
         return None
 
     async def look_at_pause(self) -> None:
@@ -190,7 +180,7 @@ class WorkerPool:
         """First call: graceful drain. Second call: stop at once, leaving running jobs unsettled."""
         if self._life.stop():
             self._log.warning("second stop signal: stopping at once")
-        self._room.set()
+        self._capacity.room.set()
 
     async def run(self) -> PoolStats:
         """Run until stopped (or, with ``once``, until nothing is eligible); return the stats."""
@@ -293,9 +283,9 @@ class WorkerPool:
 
     async def _fetch_batches(self) -> None:
         failures = 0
+        capacity = self._capacity
         while not self._life.stopped:
-            if not self._sizer.fixed:
-                self._resize(self._sizer.measure(time.monotonic(), self.stats.settled))
+            capacity.measure(time.monotonic(), self.stats.settled)
             idle_before = False
             receiving: Awaitable[list[Delivery]]
             if self._ahead is not None:
@@ -307,11 +297,12 @@ class WorkerPool:
                     if not await self._hold():
                         return
                     continue
-                if not await self._room_for_a_batch():
+                if not await capacity.room_for_a_batch():
                     continue
-                idle_before = self._outstanding == 0
-                receiving = self._transport.receive(self._ask(self._capacity - self._outstanding),
-                                                    self._receive_timeout(idle_before))
+                idle_before = capacity.outstanding == 0
+                receiving = self._transport.receive(
+                    capacity.ask(capacity.size - capacity.outstanding),
+                    self._receive_timeout(idle_before))
             try:
                 batch = await receiving
             except TransportError as exc:
@@ -327,18 +318,8 @@ class WorkerPool:
                     return
                 continue
             await self._take_in(batch)
-            if self._isolated:
+            if capacity.isolated:
                 await self._run_isolated()
-
-    async def _room_for_a_batch(self) -> bool:
-        """Claim in batches: True if a quarter of the capacity is free, or the workers are about
-        to starve; else False once a settle (or a stop, a pause) has freed some."""
-        room = self._capacity - self._outstanding
-        if room <= 0 or (room < self._low_water and not self._queue.empty()):
-            self._room.clear()
-            await self._room.wait()
-            return False
-        return True
 
     async def _take_in(self, batch: list[Delivery]) -> None:
         """Hand ``batch`` to the workers, the next receive started first if there is room."""
@@ -354,13 +335,6 @@ class WorkerPool:
         self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
         await pause(delay, self._life.stopping)
 
-    def _ask(self, room: int) -> int:
-        """With a buffer, at most half the capacity per receive, so that the next can be on its
-        way while the workers run this one (``_ask_ahead``)."""
-        if self._capacity == self._concurrency:
-            return room
-        return min(room, max(1, self._capacity // 2))
-
     def _ask_ahead(self, batch: list[Delivery]) -> asyncio.Task[list[Delivery]] | None:
         """Before ``batch`` reaches the workers, start the next receive if the pool has room
         for it beside ``batch``: its round trip to the server then overlaps their work instead
@@ -370,50 +344,45 @@ class WorkerPool:
         first, in which it sends its claim. Not without a buffer (transaction mode: it
         claims only for free workers), not while paused or stopping, nor beside a job that
         must run alone: receiving waits for it (``_run_isolated``)."""
-        room = self._capacity - self._outstanding - len(batch)
-        if (self._capacity == self._concurrency or room < self._low_water
+        capacity = self._capacity
+        room = capacity.size - capacity.outstanding - len(batch)
+        if (capacity.unbuffered or room < capacity.low_water
                 or self._life.holds_back or any(delivery.isolate for delivery in batch)):
             return None
-        return asyncio.ensure_future(self._transport.receive(self._ask(room),
+        return asyncio.ensure_future(self._transport.receive(capacity.ask(room),
                                                              self._receive_timeout(False)))
-
-    def _resize(self, buffer_size: int) -> None:
-        self._capacity = self._concurrency + buffer_size
-        self._low_water = max(1, self._capacity // 4)
 
     def _accept(self, batch: list[Delivery]) -> None:
         """Take a received batch in: to the workers, isolated ones aside to run alone."""
         if self.stats.first_job_at is None:
             self.stats.first_job_at = time.monotonic()
-        self._outstanding += len(batch)
-        for delivery in batch:
-            if delivery.isolate and delivery.malformed is None and delivery.fact is None:
-                self._isolated.append(delivery)
-            else:
-                self._queue.put_nowait(delivery)
+        self._capacity.accept(batch)
         if self._observer is not None:
-            self._observer.gauges(self._outstanding, self._queue.qsize())
+            self._observer.gauges(self._capacity.outstanding, self._capacity.queue.qsize())
 
     async def _run_isolated(self) -> None:
         """Run each isolated delivery alone: after everything else settled, and before more work.
 
         Receiving stops meanwhile, so that a crash during the run is this job's and no other's.
-        Cancelled by shutdown, or ended by a pause, what has not started stays in ``_isolated``
+        Cancelled by shutdown, or ended by a pause, what has not started stays in ``isolated``
         and is released. One already running when the pause came is waited for (the fetcher
         holds meanwhile), so nothing runs beside it after a resume.
         """
-        while self._isolated and not self._life.paused:
-            await self._until(lambda: self._life.paused or self._outstanding == len(self._isolated))
-            if self._life.paused:
+        capacity, life = self._capacity, self._life
+        while capacity.isolated and not life.paused:
+            await capacity.until(lambda: life.paused
+                                 or capacity.outstanding == len(capacity.isolated))
+            if life.paused:
                 return
-            delivery = self._isolated.pop(0)
-            self._queue.put_nowait(delivery)
-            await self._until(functools.partial(self._ran_alone, delivery))
+            delivery = capacity.isolated.pop(0)
+            capacity.queue.put_nowait(delivery)
+            await capacity.until(functools.partial(self._ran_alone, delivery))
 
     def _ran_alone(self, delivery: Delivery) -> bool:
         """The run alone of ``delivery`` is over: it settled, or a pause held it back unstarted."""
-        return self._outstanding == len(self._isolated) or (
-            self._life.paused and any(d is delivery for d in self._held_back))
+        capacity = self._capacity
+        return capacity.outstanding == len(capacity.isolated) or (
+            self._life.paused and any(d is delivery for d in capacity.held_back))
 
     async def _hold(self) -> bool:
         """While the queue is paused: hand back the unstarted, receive nothing, wait for the
@@ -428,8 +397,8 @@ class WorkerPool:
             self._log.info("the queue is paused: nothing more to do (--once)")
             return False
         while self._life.paused and not self._life.stopped:
-            self._room.clear()  # set by the resume, a stop, and every settle: no spinning
-            await self._room.wait()
+            self._capacity.room.clear()  # set by the resume, a stop, and every settle: no spinning
+            await self._capacity.room.wait()
         if self._life.stopped:
             return False
         try:
@@ -445,21 +414,15 @@ class WorkerPool:
             await self._transport.quiesce()
         except TransportError as exc:
             self._log.warning("pausing the transport failed (%s)", describe(exc))
-        await self._release(self._unstarted(), "the queue is paused")
+        await self._release(self._capacity.unstarted(), "the queue is paused")
 
     def _pause_changed(self, paused: bool) -> None:
         self._life.pause_changed(paused)
         if not paused:  # a pause over before the fetcher saw it: what workers held back runs
-            for delivery in self._held_back:
-                self._queue.put_nowait(delivery)
-            self._held_back.clear()
-        self._room.set()  # the fetcher looks again (a wait for room, a wait in _hold)
-        self._settled.set()  # and so does a run alone waiting for the others
-
-    async def _until(self, condition: Callable[[], bool]) -> None:
-        while not condition():
-            self._settled.clear()
-            await self._settled.wait()
+            self._capacity.let_held_back_run()
+        # The fetcher looks again (a wait for room, a wait in _hold), and so does a run alone
+        # waiting for the others.
+        self._capacity.wake()
 
     def _receive_timeout(self, idle: bool) -> float:
         if not self._once:
@@ -472,7 +435,7 @@ class WorkerPool:
         """The pool's unstarted and what the transport took ahead, handed back side by side,
         so within one RELEASE_TIMEOUT (the shutdown bound counts one)."""
         await asyncio.gather(self._transport_stopping(),
-                             self._release(self._unstarted(), "stopping"))
+                             self._release(self._capacity.unstarted(), "stopping"))
 
     async def _transport_stopping(self) -> None:
         try:
@@ -480,15 +443,6 @@ class WorkerPool:
         except (TransportError, TimeoutError) as exc:  # close() lets go of it in the end
             self._log.warning("the transport could not hand back what it took ahead (%s)",
                               describe(exc) if isinstance(exc, TransportError) else "timed out")
-
-    def _unstarted(self) -> list[Delivery]:
-        """Take every delivery received and not started out of the pool's hands."""
-        unstarted = [d for d in (self._queue.get_nowait() for _ in range(self._queue.qsize()))
-                     if d is not None]
-        unstarted += self._isolated + self._held_back
-        self._isolated.clear()
-        self._held_back.clear()
-        return unstarted
 
     async def _release(self, unstarted: list[Delivery], why: str) -> None:
         """Hand back what was received but never started; its attempt does not count."""
@@ -502,14 +456,13 @@ class WorkerPool:
             return
         released = await release_all(self._transport, unstarted, log=self._log,
                                      limit=min(RELEASE_TIMEOUT, self._shutdown_timeout))
-        self._outstanding -= len(unstarted)
+        self._capacity.outstanding -= len(unstarted)
         self.stats.released += released
         if released:
             self._log.info("released %d unstarted jobs (%s)", released, why)
 
     async def _drain(self) -> None:
-        for _ in range(self._concurrency):
-            self._queue.put_nowait(_STOP)
+        self._capacity.stop_workers()
         if await self._wait_workers(self._shutdown_timeout):
             return
         self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
@@ -539,7 +492,8 @@ class WorkerPool:
             forced.cancel()
 
     async def _work(self, slot: int) -> None:
-        queue, handler, started_at, holding = self._queue, self._handler, self._started_at, self._holding
+        queue, handler, started_at = self._capacity.queue, self._handler, self._started_at
+        holding = self._holding
         interrupts = self._interrupts
         expiring, withdrawing = interrupts.expiring, interrupts.withdrawing
         task = asyncio.current_task()
@@ -551,7 +505,7 @@ class WorkerPool:
             if self._life.holds_back:
                 # Not started: handed back with the rest (_hold, or at a stop: a worker freed
                 # between the stop and the hand-back starts nothing new), or run at resume.
-                self._held_back.append(delivery)
+                self._capacity.held_back.append(delivery)
                 continue
             holding[slot] = delivery
             error: BaseException | None = None
@@ -611,10 +565,7 @@ class WorkerPool:
         finally:
             if slot >= 0:
                 self._holding[slot] = None
-            self._outstanding -= 1
-            self._settled.set()
-            if self._capacity - self._outstanding >= self._low_water or self._queue.empty():
-                self._room.set()
+            self._capacity.freed()
         self._settled_as(decision, duration, error, job)
 
     def _settled_as(self, decision: Decision, duration: float, error: BaseException | None,

@@ -48,7 +48,7 @@ def test_transaction_mode_holds_no_buffer_and_sizes_its_pool_from_concurrency() 
     assert pg_pool_size(configured) == 7  # a configured size wins; the transport warns if short
     container = Container(settings=txn)
     with container.pg_pool.override(providers.Object(FakePool())):
-        assert container.worker_pool()._capacity == 16
+        assert container.worker_pool()._capacity.size == 16
 
 
 def test_the_prepared_pick_and_take_are_the_queries_with_numbered_parameters() -> None:

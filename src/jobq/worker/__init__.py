@@ -2,6 +2,8 @@
 
 - ``lifecycle``: the pool's one lifecycle state (starting, running, paused, draining, forced,
   stopped) and the events that wake whoever waits for a stop.
+- ``capacity``: the bounded buffer and its accounting (what is held, the room to receive
+  more, the buffer's size, the deliveries set aside to run alone or held back at a pause).
 - ``interrupts``: what cuts a running handler (its job timeout, an operator's cancel, the
   shutdown deadline).
 - ``stats``: ``PoolStats`` (what a run did) and ``PoolObserver`` (the metrics' hook).
