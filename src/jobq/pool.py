@@ -12,25 +12,12 @@ from jobq.backoff import pause
 from jobq.errors import (
     HandlerCancelled,
     JobCancelled,
-    MalformedJob,
-    SettleRejected,
     TransportError,
     WorkerDied,
     describe,
 )
-from jobq.handback import release_all
 from jobq.job import (
-    ACK,
-    Cancelled,
-    CancelRequested,
-    Dead,
-    Decision,
     Delivery,
-    Fact,
-    Job,
-    Outcome,
-    RetryIn,
-    Spent,
 )
 from jobq.pausing import PauseWatch
 from jobq.processor import Handler
@@ -42,6 +29,7 @@ from jobq.worker.bounds import INTERRUPT_GRACE, RECEIVE_BACKOFF, RELEASE_TIMEOUT
 from jobq.worker.capacity import Capacity
 from jobq.worker.interrupts import Interrupts
 from jobq.worker.lifecycle import Lifecycle, State
+from jobq.worker.settler import Settler
 from jobq.worker.stats import PoolObserver, PoolStats
 
 # Where they were defined before jobq.worker: the pool's callers import them from here.
@@ -80,9 +68,7 @@ class WorkerPool:
     ) -> None:
         self._transport = transport
         self._handler = handler
-        self._policy = policy
         self._concurrency = concurrency
-        # The bounded buffer and its slot accounting.
         self._capacity = Capacity(concurrency, buffer_size, buffer_max)
         self._job_timeout = job_timeout
         self._shutdown_timeout = shutdown_timeout
@@ -93,7 +79,7 @@ class WorkerPool:
         self._once = once
         self._observer = observer
         self._log = logger or logging.getLogger("jobq.pool")
-        self._debug = self._log.isEnabledFor(logging.DEBUG)
+        self.stats = PoolStats()
         self._life = Lifecycle()  # the one lifecycle state (and the events a stop sets)
         self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
         self._workers: list[asyncio.Task[None]] = []
@@ -104,11 +90,13 @@ class WorkerPool:
         self._interrupts = Interrupts(job_timeout=job_timeout, started_at=self._started_at,
                                       holding=self._holding, cancel=self._cancel_worker,
                                       health=transport.health, logger=self._log)
+        self._settler = Settler(transport, policy, capacity=self._capacity, holding=self._holding,
+                                stats=self.stats, observer=observer, logger=self._log,
+                                shutdown_timeout=shutdown_timeout)
         self._run_at = time.monotonic()
         self._stall_timeout = stall_timeout or (job_timeout or 300.0) + STALL_MARGIN
         self._threads = threads  # shut down at the end of run (the pool's sync handlers' threads)
         self.receive_failures = 0  # consecutive failed receives (readiness)
-        self.stats = PoolStats()
         self._pause = pause
         self._handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
         self._ahead: asyncio.Task[list[Delivery]] | None = None  # the next receive, asked early
@@ -251,7 +239,8 @@ class WorkerPool:
     async def _recover(self, slot: int, orphan: Delivery, cause: BaseException | None) -> None:
         """Settle the job the dead worker held (as a failure of the attempt), then work on."""
         what = "was cancelled" if cause is None else f"died: {describe(cause)}"
-        await self._settle(orphan, WorkerDied(f"the worker running the job {what}"), 0.0, slot)
+        await self._settler.settle(orphan, WorkerDied(f"the worker running the job {what}"),
+                                   0.0, slot)
         await self._work(slot)
 
     async def _fetch(self) -> None:
@@ -414,7 +403,7 @@ class WorkerPool:
             await self._transport.quiesce()
         except TransportError as exc:
             self._log.warning("pausing the transport failed (%s)", describe(exc))
-        await self._release(self._capacity.unstarted(), "the queue is paused")
+        await self._settler.release(self._capacity.unstarted(), "the queue is paused")
 
     def _pause_changed(self, paused: bool) -> None:
         self._life.pause_changed(paused)
@@ -435,7 +424,7 @@ class WorkerPool:
         """The pool's unstarted and what the transport took ahead, handed back side by side,
         so within one RELEASE_TIMEOUT (the shutdown bound counts one)."""
         await asyncio.gather(self._transport_stopping(),
-                             self._release(self._capacity.unstarted(), "stopping"))
+                             self._settler.release(self._capacity.unstarted(), "stopping"))
 
     async def _transport_stopping(self) -> None:
         try:
@@ -443,23 +432,6 @@ class WorkerPool:
         except (TransportError, TimeoutError) as exc:  # close() lets go of it in the end
             self._log.warning("the transport could not hand back what it took ahead (%s)",
                               describe(exc) if isinstance(exc, TransportError) else "timed out")
-
-    async def _release(self, unstarted: list[Delivery], why: str) -> None:
-        """Hand back what was received but never started; its attempt does not count."""
-        # One with a fact is settled as it decides, never handed back: its decision needs no
-        # worker, and a copy handed back could lose what the transport saw (a crash's mark).
-        settle = [d for d in unstarted if d.fact is not None]
-        if settle:
-            unstarted = [d for d in unstarted if d.fact is None]
-            await asyncio.gather(*(self._settle(d, None, 0.0) for d in settle))
-        if not unstarted:
-            return
-        released = await release_all(self._transport, unstarted, log=self._log,
-                                     limit=min(RELEASE_TIMEOUT, self._shutdown_timeout))
-        self._capacity.outstanding -= len(unstarted)
-        self.stats.released += released
-        if released:
-            self._log.info("released %d unstarted jobs (%s)", released, why)
 
     async def _drain(self) -> None:
         self._capacity.stop_workers()
@@ -510,7 +482,7 @@ class WorkerPool:
             holding[slot] = delivery
             error: BaseException | None = None
             started = time.monotonic()
-            # Malformed, or a fact that keeps it from running: not run, _settle decides.
+            # Malformed, or a fact that keeps it from running: not run, the settler decides.
             if delivery.malformed is None and delivery.fact is None:
                 started_at[slot] = started
                 try:
@@ -535,90 +507,5 @@ class WorkerPool:
                     interrupts.timed_out(slot, task)
                 if slot in withdrawing:  # likewise: it ran to its end, which stands
                     interrupts.withdrawn(slot, task)
-            await self._settle(delivery, error, time.monotonic() - started, slot)
+            await self._settler.settle(delivery, error, time.monotonic() - started, slot)
 
-    async def _settle(self, delivery: Delivery, error: BaseException | None, duration: float,
-                      slot: int = -1) -> None:
-        """The one place that decides a job's fate, as a value the transport carries out."""
-        job = delivery.job
-        if delivery.malformed is not None:
-            error = MalformedJob(delivery.malformed)
-        decision: Decision = (self._decide_fact(delivery.fact) if delivery.fact is not None
-                              else ACK if error is None else self._decide(error, job))
-        try:
-            try:
-                await self._transport.settle(delivery, decision)
-            except SettleRejected as rejected:  # it failed after all: decided as a failure
-                error = rejected.cause
-                decision = self._decide(error, job)
-                await self._transport.settle(delivery, decision)
-        except TransportError as exc:
-            # At-least-once: the job was not settled, so the backend hands it out again.
-            self.stats.settle_failures += 1
-            self._log.error("could not settle job %s as %s (%s); it will be delivered again",
-                            job.id, decision.outcome.value, describe(exc))
-        except Exception as exc:  # a bug below us: logged in full, and the worker lives on
-            self.stats.settle_failures += 1
-            self._log.error("settling job %s as %s failed unexpectedly (%s); it will be "
-                            "delivered again", job.id, decision.outcome.value, describe(exc),
-                            exc_info=exc)
-        finally:
-            if slot >= 0:
-                self._holding[slot] = None
-            self._capacity.freed()
-        self._settled_as(decision, duration, error, job)
-
-    def _settled_as(self, decision: Decision, duration: float, error: BaseException | None,
-                    job: Job) -> None:
-        """Count, observe and log a decision the transport was asked to carry out."""
-        outcome = decision.outcome
-        self._count(outcome)
-        if self._observer is not None:
-            self._observer.settled(outcome, duration, error, job)
-        if outcome is not Outcome.ACK:
-            self._log.warning("job %s attempt %d/%d %s in %.3fs: %s", job.id, job.attempt,
-                              job.max_attempts, outcome.value, duration, decision.reason,
-                              extra={"job_id": job.id, "attempt": job.attempt,
-                                     "outcome": outcome.value, "duration": duration})
-        elif self._debug:
-            self._log.debug("job %s attempt %d ok in %.3fs", job.id, job.attempt, duration,
-                            extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
-                                   "duration": duration})
-
-    @staticmethod
-    def _decide_fact(fact: Fact) -> Dead | Cancelled:
-        """What a fact the transport found about an unrun job means."""
-        match fact:
-            case Spent(reason=reason):
-                return Dead(reason)
-            case CancelRequested():
-                return Cancelled("cancelled by an operator (jobq jobs cancel) before it ran")
-
-    def _decide(self, error: BaseException, job: Job) -> RetryIn | Dead | Cancelled:
-        """An operator's cancel, else the policy's decision; if deciding fails, retry with
-        backoff (or dead when the attempts are spent)."""
-        if isinstance(error, JobCancelled):
-            return Cancelled(str(error))
-        try:
-            return self._policy.decide(error, job)
-        except Exception as exc:
-            failed = f"{describe(error)} (the retry decision failed: {describe(exc)};"
-            if job.last_attempt:
-                return Dead(f"{failed} gave up after {job.attempt} of {job.max_attempts} attempts)")
-            try:
-                delay = self._policy.backoff(job.attempt)
-            except Exception:
-                delay = STALL_MARGIN
-            return RetryIn(delay, f"{failed} retried with backoff)")
-
-    def _count(self, outcome: Outcome) -> None:
-        stats = self.stats
-        if outcome is Outcome.ACK:
-            stats.ok += 1
-        elif outcome is Outcome.RETRY:
-            stats.retried += 1
-        elif outcome is Outcome.CANCELLED:
-            stats.cancelled += 1
-        else:
-            stats.dead += 1
-        stats.last_job_at = time.monotonic()

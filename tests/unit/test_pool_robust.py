@@ -179,7 +179,7 @@ async def test_the_job_a_dead_worker_held_is_settled_as_a_failure_by_its_replace
         return None
 
     pool = _pool(MemoryTransport(store), handle)
-    real = pool._settle
+    real = pool._settler.settle
     calls = 0
 
     async def settle_dies_once(*args: Any) -> None:
@@ -189,7 +189,7 @@ async def test_the_job_a_dead_worker_held_is_settled_as_a_failure_by_its_replace
             raise RuntimeError("died before settling")
         await real(*args)
 
-    monkeypatch.setattr(pool, "_settle", settle_dies_once)
+    monkeypatch.setattr(pool._settler, "settle", settle_dies_once)
     await asyncio.wait_for(pool.run(), 5)
     first = store.entries[ids[0]]
     assert first.status == "pending" and pool.stats.retried == 1 and pool.stats.ok == 4

@@ -6,6 +6,8 @@
   more, the buffer's size, the deliveries set aside to run alone or held back at a pause).
 - ``interrupts``: what cuts a running handler (its job timeout, an operator's cancel, the
   shutdown deadline).
+- ``settler``: the one place that turns an outcome or a transport's fact into a decision
+  (``job.Decision``), has the transport carry it out, and counts, observes and logs it.
 - ``stats``: ``PoolStats`` (what a run did) and ``PoolObserver`` (the metrics' hook).
 - ``bounds``: the pool's time bounds (``RELEASE_TIMEOUT``, ``INTERRUPT_GRACE``, ...).
 """
