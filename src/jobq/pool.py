@@ -10,10 +10,7 @@ from collections.abc import Awaitable
 
 from jobq.backoff import pause
 from jobq.errors import (
-    HandlerCancelled,
-    JobCancelled,
     TransportError,
-    WorkerDied,
     describe,
 )
 from jobq.job import (
@@ -27,10 +24,12 @@ from jobq.transport import Transport
 from jobq.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RECEIVE_BACKOFF, RELEASE_TIMEOUT, STALL_MARGIN
 from jobq.worker.capacity import Capacity
+from jobq.worker.executor import Executor
 from jobq.worker.interrupts import Interrupts
 from jobq.worker.lifecycle import Lifecycle, State
 from jobq.worker.settler import Settler
 from jobq.worker.stats import PoolObserver, PoolStats
+from jobq.worker.workers import Workers
 
 # Where they were defined before jobq.worker: the pool's callers import them from here.
 __all__ = ["INTERRUPT_GRACE", "RELEASE_TIMEOUT", "STALL_MARGIN", "PoolObserver", "PoolStats",
@@ -67,10 +66,7 @@ class WorkerPool:
         pause: PauseWatch | None = None,
     ) -> None:
         self._transport = transport
-        self._handler = handler
-        self._concurrency = concurrency
         self._capacity = Capacity(concurrency, buffer_size, buffer_max)
-        self._job_timeout = job_timeout
         self._shutdown_timeout = shutdown_timeout
         self._poll_timeout = poll_timeout
         # --once: how long an idle pool's empty receive must wait before "nothing left" is
@@ -81,18 +77,20 @@ class WorkerPool:
         self._log = logger or logging.getLogger("jobq.pool")
         self.stats = PoolStats()
         self._life = Lifecycle()  # the one lifecycle state (and the events a stop sets)
-        self._started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
-        self._workers: list[asyncio.Task[None]] = []
-        # slot -> the delivery its worker took and has not settled; the extra last entry is
-        # the scratch slot of settles made outside a worker.
-        self._holding: list[Delivery | None] = [None] * (concurrency + 1)
+        started_at: dict[int, float] = {}  # slot -> monotonic start of its handler
+        holding: list[Delivery | None] = [None] * (concurrency + 1)  # see Workers
         # Job timeouts, operator cancels, the shutdown deadline: what cuts a running handler.
-        self._interrupts = Interrupts(job_timeout=job_timeout, started_at=self._started_at,
-                                      holding=self._holding, cancel=self._cancel_worker,
-                                      health=transport.health, logger=self._log)
-        self._settler = Settler(transport, policy, capacity=self._capacity, holding=self._holding,
-                                stats=self.stats, observer=observer, logger=self._log,
-                                shutdown_timeout=shutdown_timeout)
+        interrupts = self._interrupts = Interrupts(
+            job_timeout=job_timeout, started_at=started_at, holding=holding,
+            cancel=self._cancel_worker, health=transport.health, logger=self._log)
+        settler = self._settler = Settler(
+            transport, policy, capacity=self._capacity, holding=holding, stats=self.stats,
+            observer=observer, logger=self._log, shutdown_timeout=shutdown_timeout)
+        self._workers = Workers(
+            life=self._life, capacity=self._capacity,
+            executor=Executor(handler, interrupts, started_at), settler=settler,
+            interrupts=interrupts, holding=holding, started_at=started_at, stats=self.stats,
+            logger=self._log)
         self._run_at = time.monotonic()
         self._stall_timeout = stall_timeout or (job_timeout or 300.0) + STALL_MARGIN
         self._threads = threads  # shut down at the end of run (the pool's sync handlers' threads)
@@ -136,23 +134,24 @@ class WorkerPool:
     @property
     def workers_alive(self) -> int:
         """Worker tasks currently running (``concurrency`` while the pool runs normally)."""
-        return sum(not w.done() for w in tuple(self._workers))
+        return self._workers.alive
 
     def stalled(self, now: float) -> bool:
         """Jobs are held, and none started or settled for ``stall_timeout`` seconds."""
-        if self._capacity.outstanding <= 0 or not self._workers:
+        if self._capacity.outstanding <= 0 or not self._workers.tasks:
             return False
         # Progress: the last settle, the start of any running handler, or the run's start.
-        last = max(self.stats.last_job_at or 0.0, self._run_at, *tuple(self._started_at.values()))
+        started = tuple(self._workers.started_at.values())
+        last = max(self.stats.last_job_at or 0.0, self._run_at, *started)
         return now - last > self._stall_timeout
 
     def problem(self, now: float) -> str | None:
         """Why the pool is not live (a dead worker, no progress), or None; read by /healthz."""
-        if self._life.stopped or not self._workers:
+        if self._life.stopped or not self._workers.tasks:
             return None  # not started, or stopping: shutdown has its own deadline
-        alive = self.workers_alive
-        if alive < self._concurrency:
-            return f"{alive} of {self._concurrency} workers alive"
+        alive, concurrency = self.workers_alive, self._capacity.concurrency
+        if alive < concurrency:
+            return f"{alive} of {concurrency} workers alive"
         if self.stalled(now):
             return (f"no job started or settled for over {self._stall_timeout:g}s while "
                     f"{self._capacity.outstanding} are held")
@@ -174,7 +173,7 @@ class WorkerPool:
         """Run until stopped (or, with ``once``, until nothing is eligible); return the stats."""
         self._run_at = time.monotonic()
         self._life.start()
-        workers = self._workers = [self._spawn(i) for i in range(self._concurrency)]
+        self._workers.start()
         fetcher = asyncio.create_task(self._fetch())
         stopper = asyncio.create_task(self._life.stopping.wait())
         watchdog = asyncio.create_task(self._interrupts.watch_timeouts())
@@ -198,6 +197,7 @@ class WorkerPool:
                 raise crashed
         finally:
             self._life.close()
+            workers = self._workers.tasks
             stopper.cancel()
             watchdog.cancel()
             cancels.cancel()
@@ -211,37 +211,7 @@ class WorkerPool:
         return self.stats
 
     def _cancel_worker(self, slot: int) -> None:
-        self._workers[slot].cancel()
-
-    def _spawn(self, slot: int, orphan: Delivery | None = None,
-               cause: BaseException | None = None) -> asyncio.Task[None]:
-        work = self._work(slot) if orphan is None else self._recover(slot, orphan, cause)
-        task = asyncio.create_task(work, name=f"jobq-worker-{slot}")
-        task.add_done_callback(functools.partial(self._ended, slot))
-        return task
-
-    def _ended(self, slot: int, task: asyncio.Task[None]) -> None:
-        """Supervision: a worker that ends other than by the stop sentinel is logged and replaced."""
-        if self._life.left or self._workers[slot] is not task:
-            return
-        cause = None if task.cancelled() else task.exception()
-        if cause is None and not task.cancelled():
-            return  # read the stop sentinel
-        orphan, self._holding[slot] = self._holding[slot], None
-        self._started_at.pop(slot, None)
-        self._interrupts.forget(slot)
-        self.stats.worker_deaths += 1
-        self._log.error("worker %d died (%s)%s; starting a new one", slot,
-                        "cancelled" if cause is None else describe(cause),
-                        f" holding job {orphan.job.id}" if orphan else "", exc_info=cause)
-        self._workers[slot] = self._spawn(slot, orphan, cause)
-
-    async def _recover(self, slot: int, orphan: Delivery, cause: BaseException | None) -> None:
-        """Settle the job the dead worker held (as a failure of the attempt), then work on."""
-        what = "was cancelled" if cause is None else f"died: {describe(cause)}"
-        await self._settler.settle(orphan, WorkerDied(f"the worker running the job {what}"),
-                                   0.0, slot)
-        await self._work(slot)
+        self._workers.cancel(slot)
 
     async def _fetch(self) -> None:
         if self._pause is not None:
@@ -376,7 +346,7 @@ class WorkerPool:
     async def _hold(self) -> bool:
         """While the queue is paused: hand back the unstarted, receive nothing, wait for the
         resume; False when the pool is to stop instead (stopped, or ``--once``)."""
-        running = len(self._started_at)
+        running = len(self._workers.started_at)
         self._log.warning("queue paused (jobq pause): taking no new jobs until it is resumed; "
                           "%d running finish", running)
         self._handback = asyncio.ensure_future(self._hand_back())
@@ -435,77 +405,14 @@ class WorkerPool:
 
     async def _drain(self) -> None:
         self._capacity.stop_workers()
-        if await self._wait_workers(self._shutdown_timeout):
+        if await self._workers.wait(self._shutdown_timeout):
             return
         self._log.warning("shutdown timeout (%.1fs): interrupting %d running jobs",
-                          self._shutdown_timeout, len(self._started_at))
+                          self._shutdown_timeout, len(self._workers.started_at))
         self._interrupts.interrupt_all()
         # A plain-def handler's thread cannot be interrupted: its worker waits for it up to
         # INTERRUPT_GRACE, then run() cancels it and the process exits without settling its
         # job (the backend hands it out again). So SIGTERM ends a consumer within
         # shutdown_timeout + INTERRUPT_GRACE (+ closing the transport).
-        await self._wait_workers(INTERRUPT_GRACE)
-
-    async def _wait_workers(self, timeout: float) -> bool:
-        """Wait for the workers (and any replacement) to finish; False on timeout or forced stop."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        forced = asyncio.ensure_future(self._life.forcing.wait())
-        try:
-            while not self._life.forced:
-                pending = {w for w in self._workers if not w.done()}
-                left = deadline - loop.time()
-                if not pending or left <= 0:
-                    return not pending
-                await asyncio.wait({*pending, forced}, timeout=left,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            return False
-        finally:
-            forced.cancel()
-
-    async def _work(self, slot: int) -> None:
-        queue, handler, started_at = self._capacity.queue, self._handler, self._started_at
-        holding = self._holding
-        interrupts = self._interrupts
-        expiring, withdrawing = interrupts.expiring, interrupts.withdrawing
-        task = asyncio.current_task()
-        assert task is not None
-        while True:
-            delivery = await queue.get()
-            if delivery is None or self._life.forced:
-                return
-            if self._life.holds_back:
-                # Not started: handed back with the rest (_hold, or at a stop: a worker freed
-                # between the stop and the hand-back starts nothing new), or run at resume.
-                self._capacity.held_back.append(delivery)
-                continue
-            holding[slot] = delivery
-            error: BaseException | None = None
-            started = time.monotonic()
-            # Malformed, or a fact that keeps it from running: not run, the settler decides.
-            if delivery.malformed is None and delivery.fact is None:
-                started_at[slot] = started
-                try:
-                    await handler(delivery.job)
-                except asyncio.CancelledError as exc:
-                    if interrupts.timed_out(slot, task):
-                        error = interrupts.timeout_error()
-                    elif interrupts.withdrawn(slot, task):
-                        error = JobCancelled("cancelled by an operator (jobq jobs cancel) "
-                                             "while it ran")
-                    elif task.cancelling():
-                        raise  # ours: shutdown or a forced stop
-                    else:  # the handler's own (it awaited something cancelled): its failure
-                        error = HandlerCancelled("CancelledError raised by the handler, not a "
-                                                 "timeout or shutdown")
-                        error.__cause__ = exc
-                except BaseException as exc:  # whatever a handler raises fails its job only
-                    error = exc
-                finally:
-                    del started_at[slot]
-                if slot in expiring:  # cancelled, but the handler swallowed it
-                    interrupts.timed_out(slot, task)
-                if slot in withdrawing:  # likewise: it ran to its end, which stands
-                    interrupts.withdrawn(slot, task)
-            await self._settler.settle(delivery, error, time.monotonic() - started, slot)
+        await self._workers.wait(INTERRUPT_GRACE)
 

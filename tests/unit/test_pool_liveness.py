@@ -88,7 +88,7 @@ async def test_a_dead_worker_fails_healthz_until_replaced() -> None:
     await asyncio.wait_for(started.wait(), 5)
     assert pool.problem(time.monotonic()) is None and pool.workers_alive == 2
     pool._life._phase = State.STOPPED  # no replacement: what /healthz shows while a slot has no worker
-    pool._workers[1].cancel()
+    pool._workers.tasks[1].cancel()
     await asyncio.sleep(0.01)
     assert pool.problem(time.monotonic()) == "1 of 2 workers alive"
     pool._life._phase = State.RUNNING
