@@ -140,7 +140,7 @@ class CancelAsTheSecondReturns(MemoryTransport):
         await asyncio.sleep(0.001)  # the round trip: the fetcher is waiting for it meanwhile
         batch = await super().receive(max_count, timeout)
         if self.receives == 2:
-            fetcher, = (t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_fetch")
+            fetcher, = (t for t in asyncio.all_tasks() if t.get_coro().__name__ == "fetch")
             asyncio.get_running_loop().call_soon(fetcher.cancel)
         return batch
 

@@ -4,6 +4,8 @@
   stopped) and the events that wake whoever waits for a stop.
 - ``capacity``: the bounded buffer and its accounting (what is held, the room to receive
   more, the buffer's size, the deliveries set aside to run alone or held back at a pause).
+- ``fetcher``: the receive loop; asks the transport for free room only, one receive ahead,
+  backs off when receiving fails, holds while the queue is paused, runs a crash suspect alone.
 - ``workers``: the worker tasks: each takes a delivery, has it executed and settled; one that
   dies is replaced and the job it held settled as a failure.
 - ``executor``: runs one handler and says how it ended (None, or the error it failed with).
