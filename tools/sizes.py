@@ -9,7 +9,7 @@ with their size then. That list only shrinks: a new offender fails, an allowed o
 fails, and an entry that no longer breaks its limit fails as stale until it is deleted.
 
     python -m tools.sizes                  # check src/jobq
-    python -m tools.sizes src/jobq/pool.py # check some files or folders only
+    python -m tools.sizes src/jobq/worker  # check some files or folders only
     python -m tools.sizes --write-allowed  # rewrite the list from the tree (only to shrink it)
 """
 

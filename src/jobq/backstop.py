@@ -21,8 +21,8 @@ import time
 from types import TracebackType
 
 from jobq.config import Settings
-from jobq.pool import INTERRUPT_GRACE, RELEASE_TIMEOUT
 from jobq.stacks import render_stacks
+from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT
 
 EXIT_OVERRAN = 1
 LOG_GRACE = 5.0  # seconds the stacks may take to be logged before the exit comes anyway

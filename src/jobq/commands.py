@@ -39,12 +39,12 @@ from jobq.errors import ConfigError
 from jobq.monitor import render_depth
 from jobq.pacing import send_paced
 from jobq.pausing import render_change, render_state
-from jobq.pool import WorkerPool
 from jobq.routing import require_processor
 from jobq.schedules import parse_schedules, scheduling
 from jobq.stacks import stacks_on_signal
 from jobq.startup import open_transport
 from jobq.transport import Admin, Control, NewJob
+from jobq.worker.pool import WorkerPool
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager

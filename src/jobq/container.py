@@ -41,13 +41,13 @@ from jobq.monitor import Monitor
 from jobq.move import Sink, Source
 from jobq.observing import job_tracing, metrics_server, monitor, observer
 from jobq.pausing import PauseWatch
-from jobq.pool import WorkerPool
 from jobq.relay import Outbox, Relay
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 from jobq.schedules import Schedule, Ticks, parse_schedules
 from jobq.threads import HandlerThreads
 from jobq.transport import Admin, Publisher, Transport
+from jobq.worker.pool import WorkerPool
 
 if TYPE_CHECKING:
     from jobq.transports.memory import MemoryPublisher, MemoryTransport

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from jobq.errors import describe
 from jobq.looks import Look
 from jobq.metrics import Metrics
-from jobq.pool import WorkerPool
 from jobq.transport import Depth
+from jobq.worker.pool import WorkerPool
 
 DepthProbe = Callable[[], Awaitable[Depth]]
 PROBE_TIMEOUT = 10.0  # a depth poll that takes longer is counted as failed

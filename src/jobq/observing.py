@@ -10,8 +10,8 @@ from wsgiref.simple_server import WSGIServer
 from jobq.config import Settings
 from jobq.metrics import Metrics, serve, stop_serving
 from jobq.monitor import Monitor
-from jobq.pool import WorkerPool
 from jobq.transport import Admin, Transport
+from jobq.worker.pool import WorkerPool
 
 
 def job_tracing(settings: Settings, metrics: Metrics) -> Any:

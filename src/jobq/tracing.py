@@ -20,9 +20,9 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from jobq.job import Job, Outcome
-from jobq.pool import PoolObserver
 from jobq.processor import Handler
 from jobq.transport import NewJob, Publisher
+from jobq.worker.stats import PoolObserver
 
 TRACER = "jobq"
 

@@ -18,10 +18,10 @@ from psycopg import sql
 from jobq import Job
 from jobq.config import load_settings
 from jobq.job import Ack, Release
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import SPARE_FOR, PgTransactionTransport
+from jobq.worker.pool import WorkerPool
 from tests.conftest import ROOT, fetch
 from tests.integration.test_pg_transaction_faults import (
     deferred_children,

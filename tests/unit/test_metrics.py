@@ -12,10 +12,10 @@ from jobq import Job, PermanentError, Retry
 from jobq.errors import ConnectionLost
 from jobq.job import Delivery, Outcome
 from jobq.metrics import Metrics, serve
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transport import Depth, Health
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 from tests.scrape import get, parse, value
 
 LABELS = {"transport": "memory", "queue": "q"}

@@ -15,10 +15,10 @@ from jobq.errors import ConnectionLost
 from jobq.logs import configure
 from jobq.metrics import Metrics
 from jobq.monitor import Monitor, render_depth
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transport import Depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 @pytest.fixture(autouse=True)

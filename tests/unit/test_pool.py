@@ -10,10 +10,10 @@ import pytest
 
 from jobq import Job, PermanentError, Retry
 from jobq.job import Delivery
-from jobq.pool import WorkerPool
 from jobq.processor import Handler, as_async
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 class CountingTransport(MemoryTransport):

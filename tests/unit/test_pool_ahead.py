@@ -12,9 +12,9 @@ import asyncio
 
 from jobq import Job
 from jobq.job import RELEASE, Delivery
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 JOBS = 96
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from jobq import Job
 from jobq.job import CancelRequested, Delivery, Spent
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 SPENT = "attempt 7 is over max_attempts 5 (header x-jobq-attempt)"
 

@@ -6,9 +6,9 @@ import pytest
 
 from jobq import Job
 from jobq.job import Delivery
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 class BrokenTransport(MemoryTransport):

@@ -17,11 +17,11 @@ import pytest
 from jobq import Job
 from jobq.config import ConsumerConfig
 from jobq.metrics import Metrics, serve
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import build_handler
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.lifecycle import State
+from jobq.worker.pool import WorkerPool
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -14,9 +14,9 @@ from jobq import Job
 from jobq.job import Delivery
 from jobq.metrics import Metrics
 from jobq.pausing import PauseWatch
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 LOOK = 0.02  # the watch's interval in these tests (a second in a consumer)
 

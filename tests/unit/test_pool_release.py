@@ -8,9 +8,9 @@ from typing import Any
 
 from jobq import Job
 from jobq.job import Decision, Delivery, Release
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 class SlowRelease(MemoryTransport):

@@ -17,9 +17,9 @@ import pytest
 from jobq import Job, Retry
 from jobq.errors import MAX_REASON, describe
 from jobq.job import Ack, Dead, Decision, Delivery, Outcome, RetryIn
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 class DriverLikeTransport(MemoryTransport):

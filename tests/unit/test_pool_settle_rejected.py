@@ -5,9 +5,9 @@ from __future__ import annotations
 from jobq import Job
 from jobq.errors import CommitFailed, SettleRejected
 from jobq.job import Ack, Decision, Delivery, Outcome
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 class RejectingTransport(MemoryTransport):

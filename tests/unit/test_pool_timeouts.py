@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from jobq.job import Job
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 
 
 def _pool(store: MemoryStore, handler: object, *, job_timeout: float | None = 0.1,

@@ -8,10 +8,10 @@ import pytest
 
 from jobq.config import ConsumerConfig, load_settings
 from jobq.errors import ConfigError
-from jobq.pool import WorkerPool
 from jobq.retry import RetryPolicy
 from jobq.routing import KindRouter, build_handler
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pool import WorkerPool
 from tests.processors import completions
 
 RECORD = "tests.processors:record"

@@ -1,7 +1,11 @@
-"""The worker pool's parts (``jobq.pool.WorkerPool`` uses them).
+"""The worker pool, as parts that pass work one way: fetch -> execute -> decide -> settle.
 
-- ``lifecycle``: the pool's one lifecycle state (starting, running, paused, draining, forced,
-  stopped) and the events that wake whoever waits for a stop.
+A newcomer's map (docs/architecture.md, "The flow", has the why):
+
+- ``pool``: ``WorkerPool``, the small facade the commands use; it makes the parts, holds the
+  one lifecycle state (``lifecycle.State``) and runs the shutdown order.
+- ``lifecycle``: that state (starting, running, paused, draining, forced, stopped) and the
+  events that wake whoever waits for a stop.
 - ``capacity``: the bounded buffer and its accounting (what is held, the room to receive
   more, the buffer's size, the deliveries set aside to run alone or held back at a pause).
 - ``fetcher``: the receive loop; asks the transport for free room only, one receive ahead,

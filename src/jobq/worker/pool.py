@@ -28,10 +28,6 @@ from jobq.worker.settler import Settler
 from jobq.worker.stats import PoolObserver, PoolStats
 from jobq.worker.workers import Workers
 
-# Where they were defined before jobq.worker: the pool's callers import them from here.
-__all__ = ["INTERRUPT_GRACE", "RELEASE_TIMEOUT", "STALL_MARGIN", "PoolObserver", "PoolStats",
-           "WorkerPool"]
-
 
 class WorkerPool:
     """Pulls from a transport only when it has room, runs the handler, settles each delivery once.
