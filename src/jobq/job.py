@@ -84,7 +84,7 @@ class Outcome(enum.Enum):
 
 
 # What the worker decided for a delivery: the one value a transport's ``settle`` carries out.
-# Only the worker makes these (``pool._settle``); a transport reports facts about a delivery
+# Only the worker makes these (``jobq.worker.settler``); a transport reports facts about a delivery
 # (``Delivery.malformed``, ``Delivery.fact``) and never builds one of its own.
 
 

@@ -2,7 +2,7 @@
 
 The state lives on the server (``Admin.pause`` / ``resume``: a row on PostgreSQL, a message in
 ``<q>.paused`` on RabbitMQ). Every consumer asks ``Admin.paused`` about every second
-(``PauseWatch``); the pool takes no new work while the answer is yes (pool.py, ``_hold``).
+(``PauseWatch``); the pool takes no new work while the answer is yes (jobq.worker.fetcher, ``_hold``).
 """
 
 from __future__ import annotations

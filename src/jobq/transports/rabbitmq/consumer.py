@@ -229,7 +229,7 @@ class RabbitTransport:
             # Giving up after one more (as before) ended a --once drain of a 1,000,000-job
             # quorum queue with 690,257 jobs left, after a one-second lull in deliveries.
             if timeout != DRAIN_TIMEOUT:
-                return  # only an idle --once pool asks "drained?" (pool._receive_timeout)
+                return  # only an idle --once pool asks "drained?" (jobq.worker.fetcher.Asking)
             ready = await solo.ready_count(session)
             if not ready and not self._forwarder.copying:  # a copy being sent is not counted
                 return
