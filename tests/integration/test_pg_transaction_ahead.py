@@ -20,7 +20,8 @@ from jobq.config import load_settings
 from jobq.job import Ack, Release
 from jobq.retry import RetryPolicy
 from jobq.transports.postgres.connect import open_pool
-from jobq.transports.postgres.transaction import SPARE_FOR, PgTransactionTransport
+from jobq.transports.postgres.transaction import PgTransactionTransport
+from jobq.transports.postgres.txn_schedule import SPARE_FOR
 from jobq.worker.pool import WorkerPool
 from tests.conftest import ROOT, fetch
 from tests.integration.test_pg_transaction_faults import (
@@ -54,14 +55,14 @@ def test_a_drain_picks_several_jobs_per_pick(pg_dsn: str, schema: str, queue_nam
 
     async def drain() -> int:
         transport, pool = await transaction_transport(schema, queue_name)
-        real = transport._claim.pick
+        real = transport._schedule._claim.pick
 
         async def counted(*args: Any) -> list[Any]:
             rows = await real(*args)
             picked.append(len(rows))
             return rows
 
-        transport._claim.pick = counted  # type: ignore[method-assign]
+        transport._schedule._claim.pick = counted  # type: ignore[method-assign]
 
         async def handler(job: Job) -> None:
             pass
@@ -100,9 +101,9 @@ def test_jobs_picked_ahead_and_not_asked_for_are_handed_back_uncounted(
             while loop.time() < until:  # eight workers settling as fast as jobs come
                 for delivery in await transport.receive(WORKERS, 1.0):
                     await transport.settle(delivery, Ack())
-                most = max(most, len(transport._spares))
+                most = max(most, len(transport._schedule.spares))
             await asyncio.sleep(SPARE_FOR + 0.5)  # then nobody asks for more
-            left = len(transport._spares)
+            left = len(transport._schedule.spares)
             await transport.close()
         finally:
             await pool.close()
@@ -127,7 +128,7 @@ async def drain_counting_takes(schema: str, queue: str, handler: Any) -> tuple[A
     "chained" (with an ack's COMMIT), "commit failed" or "take failed" (after its COMMIT)."""
     transport, pool = await transaction_transport(schema, queue)
     takes: list[str] = []
-    real = transport._claim.take
+    real = transport._schedule._claim.take
 
     async def counted(conn: Any, row: Any, *, commit: bool = False) -> bool:
         try:
@@ -139,7 +140,7 @@ async def drain_counting_takes(schema: str, queue: str, handler: Any) -> tuple[A
         takes.append("chained" if commit else "alone")
         return taken
 
-    transport._claim.take = counted  # type: ignore[method-assign]
+    transport._schedule._claim.take = counted  # type: ignore[method-assign]
     try:
         await transport.open()
         stats = await WorkerPool(transport, handler, RetryPolicy(base_delay=60.0, jitter=False),
@@ -186,26 +187,26 @@ def test_a_take_whose_statement_went_missing_after_its_commit_prepares_it_again(
         try:
             await transport.open()
             deliveries: list[Any] = []
-            while not (transport._spares and deliveries):  # settling until jobs are picked ahead
+            while not (transport._schedule.spares and deliveries):  # settling until jobs are picked ahead
                 for delivery in deliveries:
                     await transport.settle(delivery, Ack())
                 deliveries = await transport.receive(WORKERS, 1.0)
             last, *others = deliveries
             # As the next server connection behind a pooler would be (and not transactional).
             await last.job.context.execute("DEALLOCATE ALL")
-            assert transport._spares  # so its ack takes one with its COMMIT
+            assert transport._schedule.spares  # so its ack takes one with its COMMIT
             await transport.settle(last, Ack())
-            chained = [d for d in transport._ready if d.handle.conn is last.handle.conn]
-            misses = transport._claim._misses
+            chained = [d for d in transport._state.ready if d.handle.conn is last.handle.conn]
+            misses = transport._schedule._claim._misses
             for delivery in others:
                 await transport.settle(delivery, Ack())
-            while transport._ready:  # the job taken with the COMMIT, and any other
+            while transport._state.ready:  # the job taken with the COMMIT, and any other
                 for delivery in await transport.receive(WORKERS, 1.0):
                     await transport.settle(delivery, Ack())
             await transport.close()
         finally:
             await pool.close()
-        return last.job.id, misses, len(chained), transport._claim.chains
+        return last.job.id, misses, len(chained), transport._schedule._claim.chains
 
     job_id, misses, chained, chains = asyncio.run(chain_after_deallocate())
     assert (misses, chained, chains) == (1, 1, True)  # prepared again; still chaining
@@ -240,18 +241,18 @@ def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_the
         try:
             await transport.open()
             async with pool.connection() as conn:  # picked by this consumer, as a take left them
-                rows = await transport._claim.pick(conn, transport._sweep, queue_name, 3)
+                rows = await transport._schedule._claim.pick(conn, transport._state.sweep, queue_name, 3)
             ids = [int(row[0]) for row in rows]
-            transport._picked.update((job_id, False) for job_id in ids)
-            real, picked_meanwhile = transport._unpick, asyncio.Event()
+            transport._schedule._hold.picked.update((job_id, False) for job_id in ids)
+            real, picked_meanwhile = transport._schedule._hold.unpick, asyncio.Event()
 
             async def late_unpick(job_ids: list[int]) -> None:
                 await picked_meanwhile.wait()  # the hand-back's COMMIT comes after the pick
                 await real(job_ids)
 
-            transport._unpick = late_unpick  # type: ignore[method-assign]
-            hand_back = asyncio.create_task(transport._untake(ids, "a failed take"))
-            real_pick = transport._claim.pick
+            transport._schedule._hold.unpick = late_unpick  # type: ignore[method-assign]
+            hand_back = asyncio.create_task(transport._schedule._hold.untake(ids, "a failed take"))
+            real_pick = transport._schedule._claim.pick
 
             async def pick_answered_after(*args: Any) -> list[Any]:
                 rows = await real_pick(*args)
@@ -260,15 +261,15 @@ def test_a_pick_while_jobs_are_handed_back_does_not_end_a_once_drain_without_the
                 return rows
 
             if answered_after:
-                transport._claim.pick = pick_answered_after  # type: ignore[method-assign]
+                transport._schedule._claim.pick = pick_answered_after  # type: ignore[method-assign]
             await asyncio.sleep(0)
-            transport._picking += 1  # as _spawn_pick counts it
-            assert await transport._pick(1) is None  # they are still picked: nothing found
-            transport._claim.pick = real_pick  # type: ignore[method-assign]
+            transport._schedule.picking += 1  # as _spawn_pick counts it
+            assert await transport._schedule.pick(1) is None  # they are still picked: nothing found
+            transport._schedule._claim.pick = real_pick  # type: ignore[method-assign]
             picked_meanwhile.set()
             await hand_back
-            dry = transport._dry
-            transport._width = WORKERS  # as a drain under way asks (the empty pick reset it)
+            dry = transport._state.dry
+            transport._schedule.width = WORKERS  # as a drain under way asks (the empty pick reset it)
             deliveries: list[Any] = []  # the --once drain's next asks, until one finds nothing
             while got := await transport.receive(WORKERS, 0.0):
                 deliveries += got
@@ -292,7 +293,7 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
 
     async def pause_beside_takes() -> tuple[int, int, list[tuple[object, ...]]]:
         transport, pool = await transaction_transport(schema, queue_name, pick_ahead=False)
-        real, gate, calls = transport._claim.take, asyncio.Event(), 0
+        real, gate, calls = transport._schedule._claim.take, asyncio.Event(), 0
 
         async def gated(conn: Any, row: Any, **kwargs: Any) -> bool:
             nonlocal calls
@@ -301,21 +302,21 @@ def test_a_take_that_ends_after_a_pause_began_hands_its_job_back(
                 await gate.wait()
             return await real(conn, row, **kwargs)
 
-        transport._claim.take = gated  # type: ignore[method-assign]
+        transport._schedule._claim.take = gated  # type: ignore[method-assign]
         try:
             await transport.open()
-            transport._width = WORKERS  # a pick for every free worker, as in a busy drain
+            transport._schedule.width = WORKERS  # a pick for every free worker, as in a busy drain
             handed = await transport.receive(WORKERS, 1.0)
             await transport.quiesce()  # as WorkerPool._hold does next
             gate.set()
             # Until no claim task is left: a take that ends now, paused, spawns its put-back
-            # as a claim task of its own (_hand_over), after the takes waited for here began;
+            # as a claim task of its own (ClaimTasks.hand_over), after the takes waited for here began;
             # waiting only for the takes read the rows while a put-back was still under way.
             # Within a deadline: a claim that never ends fails the test, it does not hang it.
             async with asyncio.timeout(CLAIMS_WITHIN):
-                while transport._claiming:
-                    await asyncio.wait(set(transport._claiming))
-            ready = len(transport._ready)
+                while transport._claims.claiming:
+                    await asyncio.wait(set(transport._claims.claiming))
+            ready = len(transport._state.ready)
             during = await asyncio.to_thread(pending_free, pg_dsn, schema)
             for delivery in handed:
                 await transport.settle(delivery, Release())
@@ -361,15 +362,16 @@ def test_a_graceful_stop_hands_back_what_was_picked_ahead_while_the_running_fini
             await long_started.wait()
             ahead = 0
             for _ in range(50):  # a drain under way: jobs picked ahead
-                ahead = max(ahead, len(transport._spares))
+                ahead = max(ahead, len(transport._schedule.spares))
                 await asyncio.sleep(0.01)
             workers.stop()
             for _ in range(150):  # until the short jobs settled; the long one still runs
                 await asyncio.sleep(0.01)
-                if workers.in_flight == 1 and not transport._claiming:
+                if workers.in_flight == 1 and not transport._claims.claiming:
                     break
             await asyncio.sleep(0.1)  # and a little more, for anything taken late
-            held = (len(transport._ready) + len(transport._spares), len(transport._held))
+            held = (len(transport._state.ready) + len(transport._schedule.spares),
+                    len(transport._schedule._hold.held))
             stats = await running
             await transport.close()
         finally:
