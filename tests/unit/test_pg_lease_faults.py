@@ -22,7 +22,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class FakeServer:
-    """Stands in for PostgresTransport._run: records statements, fails the ones it is told to."""
+    """Stands in for lease_run.Statements.run: records statements, fails the ones it is told to."""
 
     def __init__(self, fail: dict[str, int]) -> None:
         self.fail = dict(fail)  # statement name -> how many times to fail it
@@ -54,7 +54,7 @@ def transport(server: FakeServer, **settings: Any) -> PostgresTransport:
                          **settings)
     t = PostgresTransport(None, cfg, ConnectConfig(backoff_base=0.01, backoff_max=0.02),  # type: ignore[arg-type]
                           queue="q")
-    t._run = server.run  # type: ignore[method-assign]
+    t._statements.run = server.run  # type: ignore[method-assign]
     return t
 
 

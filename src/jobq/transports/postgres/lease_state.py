@@ -1,0 +1,40 @@
+"""What the parts of one lease-mode consumer share: the leases it holds, its event counts,
+whether its last statement lost the connection, and the event an idle receive wakes on.
+
+Each consumer has its own (``lease.PostgresTransport`` makes it and hands it to its parts: the
+statements, the claimer, the acks, the settler and the upkeep); nothing here is global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from jobq.transports.postgres.held import Held
+
+
+@dataclass(slots=True, eq=False)
+class LeaseState:
+    """The leases held, the counts exported (``health``), the lost flag, the wake-up."""
+
+    held: Held = field(default_factory=Held)  # claimed, not yet settled in the database (or lost)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # a NOTIFY, or jobs rescued
+    lost: bool = False  # the last statement lost its connection; until one succeeds again
+    rescued: int = 0  # expired leases freed by this consumer
+    reconnects: int = 0  # LISTEN and pool connections regained after a loss
+    stale: int = 0  # outcomes not written: the job's lease had expired
+    leases_lost: int = 0  # jobs a heartbeat found rescued from under this consumer
+
+    def count_reconnect(self) -> None:
+        """A LISTEN or pool connection regained after a loss."""
+        self.reconnects += 1
+
+    def stale_outcomes(self, outcome: str, count: int, log: logging.Logger) -> None:
+        """Outcomes not written: those jobs' leases expired before they settled."""
+        self.stale += count
+        log.warning(
+            "%d %s(s) not written: the job's lease expired before it settled, so it was rescued "
+            "and runs again (or is running in another consumer, which writes its outcome); "
+            "a handler that blocks the event loop stops the heartbeat (see postgres.lease)",
+            count, outcome)
