@@ -35,7 +35,8 @@ lint: $(STAMP)
 
 # The tests in two steps. (1) Integration and contract tests on WORKERS processes (every
 # test has its own schema or queues; most of their time is spent waiting for servers and
-# consumers, so more workers than cores). (2) What disturbs the servers for everyone (a broker
+# consumers, so more workers than cores; one test at a time to each, the longest, marked
+# `slow`, first). (2) What disturbs the servers for everyone (a broker
 # restart or crash: the `serial` mark) alone on the servers, and beside it what uses no
 # server and needs the CPU it leaves: the lint and the unit tests. The bytecode is compiled
 # first: this machine sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile
@@ -44,7 +45,7 @@ WORKERS ?= 4
 PYTEST  := $(PY) -m pytest -q -p no:cacheprovider
 test: $(STAMP) tests/keda/node_modules
 	$(PY) -m compileall -q src tests
-	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests/integration tests/contract
+	$(PYTEST) -n $(WORKERS) --dist load --maxschedchunk 1 -m "not serial" tests/integration tests/contract
 	$(MAKE) --no-print-directory -j3 -O test-serial lint unit
 
 test-serial: $(STAMP)
@@ -52,7 +53,7 @@ test-serial: $(STAMP)
 
 test-under-load: $(STAMP) tests/keda/node_modules
 	$(PY) -m compileall -q src tests
-	tools/under_load.sh $(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests/integration tests/contract
+	tools/under_load.sh $(PYTEST) -n $(WORKERS) --dist load --maxschedchunk 1 -m "not serial" tests/integration tests/contract
 	tools/under_load.sh $(MAKE) --no-print-directory -j2 -O test-serial unit
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).

@@ -31,6 +31,13 @@ BIN = Path(sys.executable).parent
 IN_CI = bool(os.environ.get("CI"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first, the rest in their order: spread over the workers
+    from the start, the longest cannot be the last to begin and end the run seconds after
+    every other worker is idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _tcp_up(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2):

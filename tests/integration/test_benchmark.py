@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 RUN_WITHIN = 200
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(RUN_WITHIN + 40)
 def test_quick_benchmark_writes_results_report_and_charts_for_every_target(
     pg_dsn: str, amqp_url: str, tmp_path: Path

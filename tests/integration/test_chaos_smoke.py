@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow
 def test_chaos_smoke_postgres_lease_loses_nothing(pg_dsn: str, tmp_path: Path) -> None:
     report = tmp_path / "chaos"
     done = subprocess.run(

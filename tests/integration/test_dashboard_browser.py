@@ -55,6 +55,7 @@ def shot(driver: WebDriver, directory: Path, name: str) -> None:
         shutil.copy(path, target / path.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["postgres", "rabbitmq"])
 def test_find_a_dead_job_see_its_error_requeue_it_see_it_done(
         transport: str, browser: WebDriver, schema: str, queue_name: str, amqp_url: str,

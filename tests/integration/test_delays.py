@@ -72,6 +72,7 @@ async def enqueue(backend: Backend, jobs: list[tuple[str, NewJob]]) -> dict[str,
     return due
 
 
+@pytest.mark.slow
 def test_delays_run_at_and_retries_run_on_time(timed: Backend, tmp_path: Path) -> None:
     consumer = timed.start("consumer", "--processor", "tests.processors:due_record",
                            "-a", f"directory={tmp_path}", "--concurrency", "8")

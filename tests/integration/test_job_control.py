@@ -62,6 +62,7 @@ def started(directory: Path) -> list[str]:
     return [job for event, job, _ in runs(directory) if event == "start"]
 
 
+@pytest.mark.slow
 def test_cancel_a_waiting_and_a_running_job(backend: Backend, tmp_path: Path) -> None:
     first, waiting, last = enqueue(backend, 3)
     consumer = backend.start("consumer", "-p", TIMED, "-a", f"directory={tmp_path}",

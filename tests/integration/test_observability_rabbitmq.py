@@ -65,6 +65,7 @@ def stats_json(queue: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_counters_and_depth_follow_the_jobs(rabbit_queue: str) -> None:
     queue = rabbit_queue
     # One job at a time and no buffer: prefetch 1, so a held job leaves the rest ready.

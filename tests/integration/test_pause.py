@@ -64,6 +64,7 @@ def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, err
 
 
+@pytest.mark.slow
 def test_pause_with_jobs_in_flight_then_resume_runs_every_job_once(backend: Backend,
                                                                   tmp_path: Path) -> None:
     backend.produce(JOBS)

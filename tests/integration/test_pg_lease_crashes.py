@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, PostgresConfig, load_settings
@@ -52,6 +53,7 @@ def produce(schema: str, queue: str, count: int, *extra: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_poison_job_dies_alone_and_its_batch_mates_spend_no_attempt(
         pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
     produce(schema, queue_name, 5, "--max-attempts", "3")

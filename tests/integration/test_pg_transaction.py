@@ -145,6 +145,7 @@ def test_two_instances_sweeping_failing_jobs_both_end(
     assert total[0][0] == sum(tried.values())  # every attempt counted, none invented
 
 
+@pytest.mark.slow
 def test_job_that_kills_its_process_ends_dead_after_max_attempts(
         pg_dsn: str, schema: str, queue_name: str) -> None:
     produce(schema, queue_name, 1, "--max-attempts", "2")

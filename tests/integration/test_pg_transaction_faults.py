@@ -157,6 +157,7 @@ def test_a_failed_commit_is_retried_with_backoff_then_dead_with_its_real_error(
     assert fetch(pg_dsn, sql.SQL("SELECT count(*) FROM {}").format(children)) == [(0,)]
 
 
+@pytest.mark.slow
 def test_a_job_that_kills_its_consumer_ends_dead_alone_its_batch_mates_done(
         pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
     produce(schema, queue_name, 10, "--max-attempts", "3")

@@ -64,6 +64,7 @@ def distinct(directory: Path) -> int:
     return len(set(completions(directory)))
 
 
+@pytest.mark.slow
 def test_partition_longer_than_the_heartbeat_is_noticed_and_ridden_out(
         rabbit: Backend, amqp_proxy: FaultProxy, tmp_path: Path) -> None:
     rabbit.produce(200)
@@ -89,6 +90,7 @@ def test_partition_longer_than_the_heartbeat_is_noticed_and_ridden_out(
     assert elapsed < 10
 
 
+@pytest.mark.slow
 def test_stall_during_shutdown_ends_within_the_stated_bound(
         rabbit: Backend, amqp_proxy: FaultProxy, tmp_path: Path) -> None:
     shutdown_timeout = 2.0

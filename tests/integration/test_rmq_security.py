@@ -48,6 +48,7 @@ def tenant(amqp_url: str, queue_name: str) -> Iterator[dict[str, str]]:
         subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_the_documented_permissions_are_enough_and_no_more(
         tenant: dict[str, str], queue_name: str, tmp_path: Path) -> None:
     # Retries stay in the 1 s tier and never run out, so every demo job completes within the wait.

@@ -65,6 +65,7 @@ def consumers(backend: Backend, directory: Path, count: int,
     return new
 
 
+@pytest.mark.slow
 def test_three_consumers_enqueue_each_tick_once_and_a_missed_tick_once(
         scheduled: Backend, tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
     running = consumers(scheduled, tmp_path, 3, started)

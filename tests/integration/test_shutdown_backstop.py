@@ -16,6 +16,7 @@ from tests.scrape import scrape, value, wait_for
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_a_handler_deaf_to_cancels_cannot_outlive_the_bound(schema: str, queue_name: str) -> None:
     bound = shutdown_bound(load_settings(ROOT / "configs" / "postgres.yaml", {
         "postgres.lease": 1, "consumer.shutdown_timeout": 0.5}))  # as consumer() starts it

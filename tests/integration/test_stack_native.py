@@ -97,6 +97,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
             for p in panels for t in p["targets"]]
 
 
+@pytest.mark.slow
 def test_stack_is_scraped_and_every_dashboard_query_answers(pg_dsn: str) -> None:
     need_tool("prometheus", "prometheus")
     stack = StackRun(*transport_args(), "--seconds", "60", "--summary", "2", "--grace", "10")
