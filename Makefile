@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-under-load test-serial demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had.
@@ -33,28 +33,36 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
-# The tests in two steps. (1) Integration and contract tests on WORKERS processes (every
-# test has its own schema or queues; most of their time is spent waiting for servers and
-# consumers, so more workers than cores; one test at a time to each, the longest, marked
-# `slow`, first). (2) What disturbs the servers for everyone (a broker
-# restart or crash: the `serial` mark) alone on the servers, and beside it what uses no
-# server and needs the CPU it leaves: the lint and the unit tests. The bytecode is compiled
-# first: this machine sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile
-# jobq again. `make lint` alone for a quick look.
+# The tests in two steps. (1) The integration and contract tests that use RabbitMQ, on
+# WORKERS processes (every test has its own schema or queues; most of a test's time is spent
+# waiting for a server or a consumer, so more workers than cores; one test at a time to each,
+# the longest, marked `slow`, first). (2) What restarts or crashes the broker (the `serial`
+# mark) alone on RabbitMQ, and beside it what does not use RabbitMQ: the PostgreSQL-only
+# tests (PG_ONLY), the lint and the unit tests. The bytecode is compiled first: this machine
+# sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again. Four
+# workers, not more: six took more connections than PostgreSQL's max_connections (100).
 WORKERS ?= 4
 PYTEST  := $(PY) -m pytest -q -p no:cacheprovider
+SPREAD  := --dist load --maxschedchunk 1
+PG_ONLY := tests/integration/test_pg_*.py tests/integration/test_postgres*.py
+BESIDE  := test-serial test-postgres lint unit
 test: $(STAMP) tests/keda/node_modules
 	$(PY) -m compileall -q src tests
-	$(PYTEST) -n $(WORKERS) --dist load --maxschedchunk 1 -m "not serial" tests/integration tests/contract
-	$(MAKE) --no-print-directory -j3 -O test-serial lint unit
+	$(PYTEST) -n $(WORKERS) $(SPREAD) -m "not serial" $(addprefix --ignore-glob=,$(PG_ONLY)) \
+	  tests/integration tests/contract
+	$(MAKE) --no-print-directory -j4 -O $(BESIDE)
 
 test-serial: $(STAMP)
 	$(PYTEST) -m serial tests/integration
 
+test-postgres: $(STAMP)
+	$(PYTEST) -n 3 $(SPREAD) $(wildcard $(PG_ONLY))
+
 test-under-load: $(STAMP) tests/keda/node_modules
 	$(PY) -m compileall -q src tests
-	tools/under_load.sh $(PYTEST) -n $(WORKERS) --dist load --maxschedchunk 1 -m "not serial" tests/integration tests/contract
-	tools/under_load.sh $(MAKE) --no-print-directory -j2 -O test-serial unit
+	tools/under_load.sh $(PYTEST) -n $(WORKERS) $(SPREAD) -m "not serial" \
+	  $(addprefix --ignore-glob=,$(PG_ONLY)) tests/integration tests/contract
+	tools/under_load.sh $(MAKE) --no-print-directory -j4 -O $(BESIDE)
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
 tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
