@@ -47,6 +47,18 @@ from faults.verdict import duplicate_bound, tally
 from tests.processors import completions
 
 
+def handles_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for SIGTERM yet (Linux: the SigCgt
+    mask of /proc/<pid>/status); False once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")),
+                  "0")
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
 @dataclass
 class Consumer:
     """One consumer process and where its stderr goes."""
@@ -151,13 +163,20 @@ class Run:
             self.summary.stacks[consumer.log.name] = stacks.capture(consumer.proc.pid, consumer.log)
 
     def stop_survivors(self) -> None:
-        """SIGTERM every consumer we did not kill; each must be alive and exit 0."""
+        """SIGTERM every consumer we did not kill; each must be alive and exit 0.
+
+        Not before each handles the signal: a replacement started just before the end may
+        still be importing Python modules (seconds on a loaded machine), and a SIGTERM then
+        ends it as it ends any process (exit -15), before jobq has anything to stop."""
         survivors = self.live()
         self.summary.survivors = len(survivors)
+        deadline = time.monotonic() + 60
         for consumer in survivors:
+            while (consumer.proc.poll() is None and not handles_sigterm(consumer.proc.pid)
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
             if consumer.proc.poll() is None:
                 consumer.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 60
         for consumer in survivors:
             try:
                 code = consumer.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
