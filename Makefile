@@ -17,11 +17,12 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: test test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
-# budget); pip does it where uv cannot be had.
+# budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
+# sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile psycopg and the rest.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	{ $(VENV)/bin/pip install -q uv && \
-	  VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/uv pip install -q -e '.[dev]'; } || \
+	  VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/uv pip install -q --compile-bytecode -e '.[dev]'; } || \
 	  $(VENV)/bin/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
