@@ -85,21 +85,6 @@ class PostgresTransport:
                                     state.held.ids, log)
 
     @property
-    def rescued(self) -> int:
-        """Expired leases freed by this consumer."""
-        return self._state.rescued
-
-    @property
-    def reconnects(self) -> int:
-        """LISTEN and pool connections regained after a loss."""
-        return self._state.reconnects
-
-    @property
-    def stale(self) -> int:
-        """Outcomes not written: the job's lease had expired."""
-        return self._state.stale
-
-    @property
     def leases_lost(self) -> int:
         """Jobs a heartbeat found rescued from under this consumer."""
         return self._state.leases_lost
