@@ -34,7 +34,7 @@ from psycopg import sql
 from benchmarks.spaces import BIN, PostgresSpace, RabbitSpace, Servers, Space
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 
 BATCH = 1_000
 TXN_BATCH = 100

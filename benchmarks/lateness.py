@@ -37,7 +37,7 @@ from benchmarks.processors import DONE, read_records
 from benchmarks.spaces import BIN, PostgresSpace, RabbitSpace, Servers, Space
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 
 TARGETS = ("postgres-lease", "postgres-transaction", "rabbitmq-quorum", "rabbitmq-classic")
 READY = "consuming queue"

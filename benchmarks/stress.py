@@ -49,7 +49,7 @@ from benchmarks.spaces import BIN, ROOT
 from faults.cluster.standby import PostgresPair
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 
 PHASES = ("clean", "pinned", "readers", "overload", "idle")
 READERS = 4

@@ -23,7 +23,7 @@ from benchmarks.spaces import (
     Space,
 )
 from jobq.config import load_settings
-from jobq.derived import pool_buffer, pool_buffer_max
+from jobq.wiring.derived import pool_buffer, pool_buffer_max
 
 ALL_SCENARIOS = frozenset({"drain", "io", "latency", "failures", "crash", "backlog"})
 # A bare loop has no retries and no lease rescue: it runs the scenarios that need neither.

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Protocol
 
 from jobq.api import connect_publisher
-from jobq.cli import OVERRIDES, consumer_parser
+from jobq.cli.main import OVERRIDES, consumer_parser
 from jobq.config import Settings, load_settings
-from jobq.derived import pool_buffer_max, rmq_prefetch
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
+from jobq.wiring.derived import pool_buffer_max, rmq_prefetch
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -121,7 +121,7 @@ def base_env(**extra: str) -> dict[str, str]:
 
 
 def consumer_settings(argv: list[str], env: dict[str, str]) -> Settings:
-    """The settings a consumer started with ``argv`` and ``env`` runs with, read as jobq.cli does."""
+    """The settings a consumer started with ``argv`` and ``env`` runs with, read as jobq.cli.main does."""
     args = consumer_parser().parse_args(argv[1:])
     overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
                  if getattr(args, dest, None) is not None and getattr(args, dest) is not False}

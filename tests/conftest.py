@@ -125,7 +125,7 @@ def init_queue(transport: str, queue: str, env: dict[str, str]) -> None:
     (test_postgres, test_rabbitmq, test_pause). On a thread with a loop of its own, so that
     it neither needs nor disturbs the test's event loop."""
     from jobq.config import load_settings
-    from jobq.container import admin_of
+    from jobq.wiring.container import admin_of
 
     settings = load_settings(ROOT / "configs" / f"{transport}.yaml",
                              {"queue": queue, "connect.attempts": 1}, env=env)

@@ -224,7 +224,7 @@ async def follow_up(job: Job) -> None:
     ``doomed`` then fails. A ``child`` does nothing (it only has to exist, or not)."""
     if job.kind not in ("parent", "doomed"):
         return
-    from jobq.transport import NewJob
+    from jobq.core.port import NewJob
 
     await job.context.enqueue(NewJob(kind="child", payload={"of": job.id}))
     if job.kind == "doomed":

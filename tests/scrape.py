@@ -90,7 +90,7 @@ class Running:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            # Ask for every task's stack (jobq.stacks) before the kill, and then, if it still
+            # Ask for every task's stack (jobq.observability.stacks) before the kill, and then, if it still
             # runs, every thread's (faulthandler, PYTHONFAULTHANDLER: its loop may be blocked):
             # the failure shows them.
             self.proc.send_signal(signal.SIGUSR1)

@@ -33,8 +33,8 @@ from faults.report import Summary
 from faults.suite import Run
 from jobq.api import connect_publisher
 from jobq.config import Settings
-from jobq.errors import JobqError, OutcomeUnknown
-from jobq.transport import NewJob
+from jobq.core.errors import JobqError, OutcomeUnknown
+from jobq.core.port import NewJob
 from tests.processors import completions
 
 SAMPLE_S = 0.2

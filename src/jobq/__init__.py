@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobq.errors import (
+from jobq.core.errors import (
     ConfigError,
     ConnectionLost,
     JobqError,
@@ -16,7 +16,8 @@ from jobq.errors import (
     TransportError,
     UnknownKind,
 )
-from jobq.job import Delivery, Job, Outcome
+from jobq.core.job import Delivery, Job, Outcome
+from jobq.core.port import NewJob
 
 __all__ = [
     "ConfigError",
@@ -26,6 +27,7 @@ __all__ = [
     "JobTooLarge",
     "JobqError",
     "MalformedJob",
+    "NewJob",
     "Outcome",
     "PermanentError",
     "QueueFull",

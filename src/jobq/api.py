@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from jobq.config import Settings, load_settings
-from jobq.container import Container, get_publisher
-from jobq.container import resolve as resolve  # where it lived before the typed accessors
-from jobq.transport import Publisher
+from jobq.core.port import Publisher
+from jobq.wiring.container import Container, get_publisher
+from jobq.wiring.container import resolve as resolve  # where it lived before the typed accessors
 
 
 @contextlib.asynccontextmanager

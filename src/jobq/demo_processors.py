@@ -16,10 +16,10 @@ import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
 
-from jobq.errors import ConfigError, PermanentError, Retry
-from jobq.job import Job
+from jobq.core.errors import ConfigError, PermanentError, Retry
+from jobq.core.job import Job
 
-# What the factories return; a structural match for jobq.processor.Processor (that module
+# What the factories return; a structural match for jobq.worker.processor.Processor (that module
 # imports this one for BUILTINS, so the Protocol is not imported back).
 AsyncHandler = Callable[[Job], Awaitable[None]]
 ThreadHandler = Callable[[Job], None]

@@ -19,9 +19,9 @@ from psycopg import sql
 
 from jobq.api import wired
 from jobq.config import Settings, load_settings
-from jobq.container import get_admin, get_publisher, get_transport, pool_drain_timeout
-from jobq.transport import Admin, NewJob, Publisher, Transport
+from jobq.core.port import Admin, NewJob, Publisher, Transport
 from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport
+from jobq.wiring.container import get_admin, get_publisher, get_transport, pool_drain_timeout
 from tests.conftest import AMQP_URL, PG_DSN
 from tests.contract.backends import drop_topology, publish_raw
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from jobq.job import Ack, Cancelled, Dead, Delivery, Job, Release, RetryIn
-from jobq.retry import RetryPolicy
-from jobq.transport import NewJob, Transport
+from jobq.core.job import Ack, Cancelled, Dead, Delivery, Job, Release, RetryIn
+from jobq.core.port import NewJob, Transport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 from tests.contract.ports import BACKENDS, PRIORITIES, Port
 
 WAIT = 20.0  # the longest a promise may take here: a lost lease (1 s) or pick (2 s), a tier

@@ -19,7 +19,7 @@ import pytest
 
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from tests.conftest import (
     ROOT,
     cli_env,

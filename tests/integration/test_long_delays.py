@@ -12,7 +12,7 @@ from psycopg import sql
 
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from tests.conftest import (
     AMQP_URL,
     PG_DSN,

@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, PostgresConfig, load_settings
-from jobq.job import Ack, Dead, RetryIn
+from jobq.core.job import Ack, Dead, RetryIn
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.lease import PostgresTransport
 from tests.conftest import (

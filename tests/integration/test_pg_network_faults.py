@@ -18,8 +18,8 @@ import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import OutcomeUnknown
-from jobq.transport import NewJob
+from jobq.core.errors import OutcomeUnknown
+from jobq.core.port import NewJob
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher
 from tests.conftest import (

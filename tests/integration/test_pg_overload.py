@@ -10,8 +10,8 @@ from psycopg import sql
 
 from jobq.api import connect_publisher
 from jobq.config import Settings, load_settings
-from jobq.errors import QueueFull
-from jobq.transport import NewJob
+from jobq.core.errors import QueueFull
+from jobq.core.port import NewJob
 from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env
 from tests.integration.test_postgres import status_counts
 

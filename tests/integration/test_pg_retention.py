@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, PostgresConfig, RetentionConfig
-from jobq.errors import ConnectionLost
+from jobq.core.errors import ConnectionLost
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.retention import Pruner
 from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env, start_cli, wait_until

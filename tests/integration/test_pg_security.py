@@ -18,8 +18,8 @@ from psycopg import errors, sql
 
 from jobq.api import resolve, wired
 from jobq.config import load_settings
-from jobq.errors import ConfigError
-from jobq.transport import NewJob
+from jobq.core.errors import ConfigError
+from jobq.core.port import NewJob
 from tests.conftest import ROOT, cli_env, fetch, run_cli, start_cli, stop_cli, wait_until
 from tests.integration.test_postgres import status_counts
 from tests.processors import completions

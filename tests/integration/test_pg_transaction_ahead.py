@@ -17,12 +17,12 @@ from psycopg import sql
 
 from jobq import Job
 from jobq.config import load_settings
-from jobq.job import Ack, Release
-from jobq.retry import RetryPolicy
+from jobq.core.job import Ack, Release
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import PgTransactionTransport
 from jobq.transports.postgres.txn_schedule import SPARE_FOR
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 from tests.conftest import ROOT, fetch
 from tests.integration.test_pg_transaction_faults import (
     deferred_children,

@@ -15,12 +15,12 @@ from psycopg import sql
 
 from jobq import Job
 from jobq.config import load_settings
-from jobq.retry import RetryPolicy
+from jobq.core.within import within
 from jobq.transports.postgres.claims import GRACE
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import PgTransactionTransport
-from jobq.within import within
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env
 from tests.integration.test_pg_transaction import TXN, effects, effects_table, table
 from tests.integration.test_postgres import produce, status_counts

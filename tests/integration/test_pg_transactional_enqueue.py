@@ -14,8 +14,8 @@ from psycopg import sql
 
 from jobq import TransactionRequired
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import QueueFull
-from jobq.transport import NewJob
+from jobq.core.errors import QueueFull
+from jobq.core.port import NewJob
 from jobq.transports.postgres import enqueue_sync
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher

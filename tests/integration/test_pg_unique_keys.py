@@ -13,8 +13,8 @@ import pytest
 from psycopg import sql
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import ConfigError, MalformedJob
-from jobq.transport import NewJob
+from jobq.core.errors import ConfigError, MalformedJob
+from jobq.core.port import NewJob
 from jobq.transports.postgres import enqueue_sync
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.publisher import PostgresPublisher

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from jobq.api import connect_publisher
 from jobq.config import load_settings
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from jobq.transports.postgres.sql import migrations
 from tests.conftest import (
     ROOT,

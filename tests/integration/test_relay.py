@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from jobq.transports.postgres import enqueue_many_sync, enqueue_sync
 from tests.conftest import PG_DSN, fetch, jobs_table, schema_env, wait_until
 from tests.contract.backends import Backend

@@ -15,8 +15,8 @@ import pytest
 
 from jobq.api import connect_publisher
 from jobq.config import Settings, load_settings
-from jobq.errors import JobTooLarge, MalformedJob, QueueFull
-from jobq.transport import NewJob
+from jobq.core.errors import JobTooLarge, MalformedJob, QueueFull
+from jobq.core.port import NewJob
 from tests.conftest import AMQP_URL, ROOT, run_cli
 from tests.contract.backends import Backend
 from tests.integration.test_pg_bad_input import DEEP

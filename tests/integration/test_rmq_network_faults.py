@@ -17,8 +17,8 @@ import aio_pika
 import pytest
 
 from jobq.config import ConnectConfig, LimitsConfig, RabbitConfig
-from jobq.errors import ConnectionLost, OutcomeUnknown
-from jobq.transport import NewJob
+from jobq.core.errors import ConnectionLost, OutcomeUnknown
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.publisher import RabbitPublisher
 from tests.conftest import AMQP_URL, command, stop_cli, wait_until

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from jobq.backstop import shutdown_bound
 from jobq.config import load_settings
+from jobq.wiring.backstop import shutdown_bound
 from tests.conftest import ROOT
 from tests.integration.test_observability_postgres import consumer, produce
 from tests.scrape import scrape, value, wait_for

@@ -18,7 +18,7 @@ async def test_a_sigterm_whose_cancel_the_start_up_swallowed_still_stops_the_con
     # Seen in the fault suite (postgres-lease, 1 run of 40): a SIGTERM during the start-up
     # cancelled it, something on the way caught the CancelledError, the start-up finished and
     # the pool ran on, deaf to that signal, until the suite killed it 60 s later.
-    from jobq import commands
+    from jobq.cli import commands
 
     settings = load_settings(None, {"transport": "postgres", "consumer.processor": "noop",
                                     "log.summary_interval": 0, "postgres.dsn": pg_dsn,

@@ -20,8 +20,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from jobq.api import wired
 from jobq.config import load_settings
-from jobq.container import get_admin, get_publisher, get_transport, get_worker_pool
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
+from jobq.wiring.container import get_admin, get_publisher, get_transport, get_worker_pool
 from tests.conftest import AMQP_URL, PG_DSN, ROOT
 from tests.contract.backends import drop_topology
 
@@ -102,7 +102,7 @@ def test_the_enqueue_span_is_the_parent_of_each_jobs_span(settings: Any) -> None
 def test_with_tracing_off_opentelemetry_is_not_imported() -> None:
     code = ("import sys, asyncio\n"
             "from jobq.config import load_settings\n"
-            "from jobq.container import Container\n"
+            "from jobq.wiring.container import Container\n"
             "s = load_settings(None, {'consumer.processor': 'noop'})\n"
             "c = Container(settings=s)\n"
             "assert c.tracing() is None\n"

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from jobq.backoff import Attempt, Backoff, pause
 from jobq.config import ConnectConfig
+from jobq.core.backoff import Attempt, Backoff, pause
 
 
 def test_the_ceiling_doubles_from_base_up_to_the_cap() -> None:
@@ -33,8 +33,8 @@ def test_a_retry_loop_that_never_gives_up_cannot_overflow() -> None:
     assert Backoff(base=0.5, cap=10.0, jitter=False).delay(100_000) == 10.0
 
 
-def test_from_connect_uses_the_connect_settings() -> None:
-    backoff = Backoff.from_connect(ConnectConfig(backoff_base=0.25, backoff_max=4.0))
+def test_connect_backoff_uses_the_connect_settings() -> None:
+    backoff = ConnectConfig(backoff_base=0.25, backoff_max=4.0).backoff()
     assert (backoff.base, backoff.cap, backoff.jitter) == (0.25, 4.0, True)
 
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from jobq.backstop import closing_bound, shutdown_bound
 from jobq.config import load_settings
+from jobq.wiring.backstop import closing_bound, shutdown_bound
 
 SCRIPT = """
 import asyncio, logging, sys, time
-from jobq.backstop import Backstop
+from jobq.wiring.backstop import Backstop
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from jobq.config import LimitsConfig
-from jobq.errors import JobTooLarge, MalformedJob
-from jobq.limits import encode_new_job
-from jobq.transport import NewJob
+from jobq.core.errors import JobTooLarge, MalformedJob
+from jobq.core.limits import encode_new_job
+from jobq.core.port import NewJob
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.publisher import encode
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from jobq import Job
 from jobq.config import Settings, load_settings
-from jobq.derived import pool_buffer, pool_buffer_max
-from jobq.sizing import CEILING, HOLD, BufferSizer
 from jobq.transports.memory import MemoryStore
+from jobq.wiring.derived import pool_buffer, pool_buffer_max
+from jobq.worker.sizing import CEILING, HOLD, BufferSizer
 from tests.unit.test_pool import CountingTransport, make_pool
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobq.config import load_settings, redact
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobq.config import load_settings
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 
 HOSTILE = ['jobs"; DROP TABLE jobq.jobs; --', "a'b", 'a"b', "x y", "q;", "q\x00", "", "é" * 3,
            "$(rm -rf /)", "a" * 101]

@@ -13,9 +13,8 @@ import pytest
 from dependency_injector import providers
 
 from jobq.config import ConnectConfig, load_settings
-from jobq.container import Container, get_admin, get_publisher, get_transport
-from jobq.metrics import TRANSPORT_COUNTERS
-from jobq.transport import Control, DeadLetters, Inspect, Publisher, Transport
+from jobq.core.port import Control, DeadLetters, Inspect, Publisher, Transport
+from jobq.observability.metrics import TRANSPORT_COUNTERS
 from jobq.transports.memory import MemoryPublisher, MemoryTransport
 from jobq.transports.postgres.admin import PostgresAdmin
 from jobq.transports.postgres.lease import PostgresTransport
@@ -25,6 +24,7 @@ from jobq.transports.rabbitmq.admin import RabbitAdmin
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.publisher import RabbitPublisher
+from jobq.wiring.container import Container, get_admin, get_publisher, get_transport
 
 IMPLEMENTATIONS: list[tuple[type, type]] = [
     (Transport, PostgresTransport), (Transport, PgTransactionTransport),

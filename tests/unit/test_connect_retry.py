@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from jobq import backoff
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost
+from jobq.core import backoff
+from jobq.core.errors import ConnectionLost
 from jobq.transports.postgres import connect as pg_connect
 
 DSNS = ["postgresql://jobq:s3cret@127.0.0.1:1/app",

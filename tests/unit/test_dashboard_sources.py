@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from jobq.core.errors import ConfigError, ConnectionLost
+from jobq.core.port import Depth
 from jobq.dashboard import sources
 from jobq.dashboard.security import Guard
 from jobq.dashboard.sources import Source, SourceDown, points
-from jobq.errors import ConfigError, ConnectionLost
-from jobq.transport import Depth
 
 
 class FakeAdmin:

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.due import due_problem, wait_of
-from jobq.errors import MalformedJob
-from jobq.limits import encode_new_job
-from jobq.transport import NewJob
+from jobq.core.due import due_problem, wait_of
+from jobq.core.errors import MalformedJob
+from jobq.core.limits import encode_new_job
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.topology import Topology
 from tests.conftest import run_cli
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.errors import ConfigError
-from jobq.transport import NewJob
+from jobq.core.errors import ConfigError
+from jobq.core.port import NewJob
 from jobq.transports.memory import MemoryPublisher, MemoryStore
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.publisher import RabbitPublisher

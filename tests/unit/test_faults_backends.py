@@ -12,7 +12,7 @@ from faults import rabbitmq
 from faults.backend import Options, capacity, consumer_settings
 from faults.postgres import PostgresBackend
 from faults.rabbitmq import RabbitBackend
-from jobq.sizing import CEILING
+from jobq.worker.sizing import CEILING
 
 
 @pytest.mark.parametrize(("backend", "expected"), [

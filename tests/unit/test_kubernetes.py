@@ -19,10 +19,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jobq import cli
-from jobq.backstop import shutdown_bound
+from jobq.cli import main as cli
 from jobq.config import load_settings
-from jobq.metrics import Metrics
+from jobq.observability.metrics import Metrics
+from jobq.wiring.backstop import shutdown_bound
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes" / "jobq.yaml"

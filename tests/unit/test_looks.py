@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jobq.looks import Look
+from jobq.core.looks import Look
 
 
 class Slow:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from jobq import Job, PermanentError, Retry
-from jobq.errors import ConnectionLost
-from jobq.job import Delivery, Outcome
-from jobq.metrics import Metrics, serve
-from jobq.retry import RetryPolicy
-from jobq.transport import Depth, Health
+from jobq.core.errors import ConnectionLost
+from jobq.core.job import Delivery, Outcome
+from jobq.core.port import Depth, Health
+from jobq.observability.metrics import Metrics, serve
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 from tests.scrape import get, parse, value
 
 LABELS = {"transport": "memory", "queue": "q"}
@@ -240,8 +240,8 @@ async def test_per_kind_series_for_the_named_kinds_and_other_for_the_rest() -> N
 
 def test_metrics_kinds_default_to_the_processors_and_are_bounded() -> None:
     from jobq.config import load_settings
-    from jobq.derived import metric_kinds
-    from jobq.errors import ConfigError
+    from jobq.core.errors import ConfigError
+    from jobq.wiring.derived import metric_kinds
 
     settings = load_settings(None, {"consumer.processors": {"email": "noop", "report": "noop"}})
     assert metric_kinds(settings) == ["email", "report"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from jobq.metrics import DURATION_BUCKETS, LATENCY_BUCKETS
-from jobq.metrics_jobs import JobCounts
+from jobq.observability.metrics import DURATION_BUCKETS, LATENCY_BUCKETS
+from jobq.observability.metrics_jobs import JobCounts
 
 VALUES = ("postgres", "q")
 SAMPLES = [0.0, 0.0005, 0.0007, 0.001, 0.02, 0.5, 2.5, 7.0, 299.0, 301.0, 5000.0]

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from jobq.errors import ConnectionLost
-from jobq.logs import configure
-from jobq.metrics import Metrics
-from jobq.monitor import Monitor, render_depth
-from jobq.retry import RetryPolicy
-from jobq.transport import Depth
+from jobq.core.errors import ConnectionLost
+from jobq.core.port import Depth
+from jobq.observability.logs import configure
+from jobq.observability.metrics import Metrics
+from jobq.observability.monitor import Monitor, render_depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 @pytest.fixture(autouse=True)

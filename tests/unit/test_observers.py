@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from jobq.container import Container, get_observers, get_schedules, get_transport, get_worker_pool
+from jobq.wiring.container import Container, get_observers, get_schedules, get_transport, get_worker_pool
 from tests.unit.test_conformance import wired
 
 

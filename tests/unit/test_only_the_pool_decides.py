@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 import jobq
-from jobq import job as job_values
+from jobq.core import job as job_values
 
 TRANSPORTS = Path(jobq.__file__).parent / "transports"
 DECISIONS = {cls.__name__ for cls in (job_values.Ack, job_values.RetryIn, job_values.Dead,
@@ -31,13 +31,13 @@ def made_in(tree: ast.AST) -> list[tuple[int, str]]:
                 found.append((node.lineno, name))
         elif isinstance(node, ast.Name) and node.id in CONSTANTS:
             found.append((node.lineno, node.id))
-        elif isinstance(node, ast.ImportFrom) and node.module == "jobq.job":
+        elif isinstance(node, ast.ImportFrom) and node.module == "jobq.core.job":
             found += [(node.lineno, a.name) for a in node.names if a.name in CONSTANTS]
     return found
 
 
 def test_the_check_sees_a_decision_made() -> None:
-    tree = ast.parse("from jobq.job import ACK, Dead\n"
+    tree = ast.parse("from jobq.core.job import ACK, Dead\n"
                      "async def f(t, d):\n"
                      "    await t.settle(d, Dead('no'))\n"
                      "    match d:\n"

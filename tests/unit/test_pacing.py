@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from jobq.pacing import send_paced
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
+from jobq.feeds.pacing import send_paced
 
 
 def make(first: int, size: int) -> list[NewJob]:

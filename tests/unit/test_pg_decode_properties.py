@@ -16,9 +16,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from jobq.config import LimitsConfig
-from jobq.errors import JobTooLarge, MalformedJob
-from jobq.limits import decode_object, encode_new_job
-from jobq.transport import NewJob
+from jobq.core.errors import JobTooLarge, MalformedJob
+from jobq.core.limits import decode_object, encode_new_job
+from jobq.core.port import NewJob
 from jobq.transports.postgres.decode import _checked, _well_formed, row_to_delivery
 
 scalars = (st.none() | st.booleans() | st.integers()

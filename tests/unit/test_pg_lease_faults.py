@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from jobq.config import ConnectConfig, PostgresConfig
-from jobq.errors import ConnectionLost, TransportError
-from jobq.job import Ack, Dead, Delivery, Job, RetryIn
+from jobq.core.errors import ConnectionLost, TransportError
+from jobq.core.job import Ack, Dead, Delivery, Job, RetryIn
 from jobq.transports.postgres.lease import PostgresTransport
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

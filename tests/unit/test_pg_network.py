@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from jobq.config import load_settings
-from jobq.errors import ConfigError, ConnectionLost
+from jobq.core.errors import ConfigError, ConnectionLost
 from jobq.transports.postgres.connect import deadline, network_params
 
 

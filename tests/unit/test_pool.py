@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from jobq import Job, PermanentError, Retry
-from jobq.job import Delivery
-from jobq.processor import Handler, as_async
-from jobq.retry import RetryPolicy
+from jobq.core.job import Delivery
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.processor import Handler, as_async
+from jobq.worker.retry import RetryPolicy
 
 
 class CountingTransport(MemoryTransport):

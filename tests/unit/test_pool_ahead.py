@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 
 from jobq import Job
-from jobq.job import RELEASE, Delivery
-from jobq.retry import RetryPolicy
+from jobq.core.job import RELEASE, Delivery
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 JOBS = 96
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 
 from jobq import Job
-from jobq.job import CancelRequested, Delivery, Spent
-from jobq.retry import RetryPolicy
+from jobq.core.job import CancelRequested, Delivery, Spent
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 SPENT = "attempt 7 is over max_attempts 5 (header x-jobq-attempt)"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from jobq import Job
-from jobq.job import Delivery
-from jobq.retry import RetryPolicy
+from jobq.core.job import Delivery
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 class BrokenTransport(MemoryTransport):

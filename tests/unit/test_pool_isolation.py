@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 from jobq import Job
-from jobq.job import Delivery
-from jobq.retry import RetryPolicy
+from jobq.core.job import Delivery
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 class SuspectTransport(MemoryTransport):

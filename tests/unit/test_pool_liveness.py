@@ -16,12 +16,12 @@ import pytest
 
 from jobq import Job
 from jobq.config import ConsumerConfig
-from jobq.metrics import Metrics, serve
-from jobq.retry import RetryPolicy
-from jobq.routing import build_handler
+from jobq.observability.metrics import Metrics, serve
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.lifecycle import State
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
+from jobq.worker.routing import build_handler
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -98,7 +98,9 @@ async def test_a_dead_worker_fails_healthz_until_replaced() -> None:
 
 
 async def test_sigusr1_logs_every_tasks_and_threads_stack(caplog: pytest.LogCaptureFixture) -> None:
-    from jobq.stacks import stacks_on_signal  # here: main had no such module (each test fails alone)
+    from jobq.observability.stacks import (
+        stacks_on_signal,  # here: main had no such module (each test fails alone)
+    )
 
     release = threading.Event()
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from jobq import Job
-from jobq.job import Delivery
-from jobq.metrics import Metrics
-from jobq.pausing import PauseWatch
-from jobq.retry import RetryPolicy
+from jobq.core.job import Delivery
+from jobq.observability.metrics import Metrics
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 LOOK = 0.02  # the watch's interval in these tests (a second in a consumer)
 

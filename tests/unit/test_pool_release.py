@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 from jobq import Job
-from jobq.job import Decision, Delivery, Release
-from jobq.retry import RetryPolicy
+from jobq.core.job import Decision, Delivery, Release
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 class SlowRelease(MemoryTransport):

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from jobq import Job, Retry
-from jobq.errors import MAX_REASON, describe
-from jobq.job import Ack, Dead, Decision, Delivery, Outcome, RetryIn
-from jobq.retry import RetryPolicy
+from jobq.core.errors import MAX_REASON, describe
+from jobq.core.job import Ack, Dead, Decision, Delivery, Outcome, RetryIn
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 class DriverLikeTransport(MemoryTransport):

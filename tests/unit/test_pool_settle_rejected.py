@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from jobq import Job
-from jobq.errors import CommitFailed, SettleRejected
-from jobq.job import Ack, Decision, Delivery, Outcome
-from jobq.retry import RetryPolicy
+from jobq.core.errors import CommitFailed, SettleRejected
+from jobq.core.job import Ack, Decision, Delivery, Outcome
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 class RejectingTransport(MemoryTransport):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from jobq.job import Job
-from jobq.retry import RetryPolicy
+from jobq.core.job import Job
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
 
 
 def _pool(store: MemoryStore, handler: object, *, job_timeout: float | None = 0.1,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobq import Job, PermanentError, Retry
-from jobq.errors import ConfigError
-from jobq.processor import as_async, load_processor
+from jobq.core.errors import ConfigError
+from jobq.worker.processor import as_async, load_processor
 
 JOB = Job(id="7", queue="q", kind="k", payload={})
 

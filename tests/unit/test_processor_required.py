@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobq.commands import consume
+from jobq.cli.commands import consume
 from jobq.config import load_settings
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 from tests.conftest import ROOT
 
 

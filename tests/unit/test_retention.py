@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from jobq.commands import prune_ages
+from jobq.cli.commands import prune_ages
 from jobq.config import load_settings
-from jobq.derived import pg_pool_size
-from jobq.durations import format_duration, parse_duration
-from jobq.errors import ConfigError
+from jobq.core.durations import format_duration, parse_duration
+from jobq.core.errors import ConfigError
+from jobq.wiring.derived import pg_pool_size
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobq import Job, MalformedJob, PermanentError, Retry
-from jobq.errors import describe
-from jobq.job import Dead, RetryIn
-from jobq.retry import RetryPolicy
+from jobq.core.errors import describe
+from jobq.core.job import Dead, RetryIn
+from jobq.worker.retry import RetryPolicy
 
 
 def job(attempt: int, max_attempts: int = 5) -> Job:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Dead, Release, RetryIn
+from jobq.core.job import Dead, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from tests.unit.test_rmq_crash_copies import FakeSession, message

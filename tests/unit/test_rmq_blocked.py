@@ -11,7 +11,7 @@ import pytest
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.metrics import Metrics
+from jobq.observability.metrics import Metrics
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.copies import Copier, CopyTimeout

@@ -22,7 +22,7 @@ import pytest
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.copies import Copier, CopyTimeout
 from jobq.transports.rabbitmq.probe import ReadyCount
@@ -186,7 +186,7 @@ async def test_the_publisher_closes_the_channel_it_lets_go_of() -> None:
 
 
 def test_a_batch_not_all_enqueued_in_time_names_the_accepted_ones() -> None:
-    from jobq.errors import ConnectionLost
+    from jobq.core.errors import ConnectionLost
     from jobq.transports.rabbitmq.publisher import RabbitPublisher, _Round
 
     link = RabbitLink("amqp://guest:guest@127.0.0.1:1/", ConnectConfig(), role="test")

@@ -12,8 +12,8 @@ from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
 from jobq.config import LimitsConfig
-from jobq.errors import JobTooLarge, MalformedJob
-from jobq.transport import NewJob
+from jobq.core.errors import JobTooLarge, MalformedJob
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.codec import crashed, decode, due_at, encode_job, isolated, republish
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     DELIVERY_COUNT,

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from jobq.config import ConnectConfig, RabbitConfig, load_settings
-from jobq.derived import rmq_prefetch
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning, worst_hold
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
+from jobq.wiring.derived import rmq_prefetch
 
 
 def test_a_delivery_waits_behind_a_full_prefetch_then_runs() -> None:

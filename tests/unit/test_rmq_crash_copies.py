@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Ack, Dead, Job, Release, RetryIn, Spent
+from jobq.core.job import Ack, Dead, Job, Release, RetryIn, Spent
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy

@@ -10,7 +10,7 @@ import aiormq
 import pytest
 
 from jobq.config import ConnectConfig, load_settings
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 from jobq.transports.rabbitmq.connect import RabbitLink, with_heartbeat
 
 

@@ -9,8 +9,8 @@ from pamqp import frame, header
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
-from jobq.job import CancelRequested, Spent
-from jobq.transport import NewJob
+from jobq.core.job import CancelRequested, Spent
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq import reading
 from jobq.transports.rabbitmq.codec import encode_job
 from jobq.transports.rabbitmq.inbound import Arrival, Rules, classify

@@ -14,8 +14,8 @@ import pytest
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.errors import ConnectionLost
-from jobq.job import Delivery, Job, RetryIn
+from jobq.core.errors import ConnectionLost
+from jobq.core.job import Delivery, Job, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.session import Handle, Session

@@ -6,7 +6,7 @@ import aiormq
 import pytest
 
 from jobq.config import RabbitConfig
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 from jobq.transports.rabbitmq.connect import server_address
 from jobq.transports.rabbitmq.topology import Topology, explain_conflict
 

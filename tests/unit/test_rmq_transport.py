@@ -9,7 +9,7 @@ from typing import Any
 from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
-from jobq.job import Ack, Dead, Delivery, Job, Release, RetryIn
+from jobq.core.job import Ack, Dead, Delivery, Job, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.session import Handle

@@ -9,8 +9,8 @@ import pytest
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
-from jobq.errors import JobTooLarge
-from jobq.transport import NewJob
+from jobq.core.errors import JobTooLarge
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.codec import FORWARD_HEADERS, OWN_HEADERS, decode, encode_job, republish
 
 

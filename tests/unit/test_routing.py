@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from jobq.config import ConsumerConfig, load_settings
-from jobq.errors import ConfigError
-from jobq.retry import RetryPolicy
-from jobq.routing import KindRouter, build_handler
+from jobq.core.errors import ConfigError
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
+from jobq.worker.routing import KindRouter, build_handler
 from tests.processors import completions
 
 RECORD = "tests.processors:record"

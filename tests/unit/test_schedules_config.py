@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from jobq.config import load_settings
-from jobq.errors import ConfigError
-from jobq.schedules import Fired, Schedule, parse_schedules, run_schedules
+from jobq.core.errors import ConfigError
+from jobq.feeds.schedules import Fired, Schedule, parse_schedules, run_schedules
 from tests.conftest import cli_env, run_cli
 
 

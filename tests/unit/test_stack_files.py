@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from jobq import Job, PermanentError, cli, config
+from jobq import Job, PermanentError, config
+from jobq.cli import main as cli
 from jobq.config import Settings, load_settings
-from jobq.job import Outcome
-from jobq.metrics import TRANSPORT_COUNTERS, Metrics
-from jobq.processor import load_processor
-from jobq.transport import Depth, Health
+from jobq.core.job import Outcome
+from jobq.core.port import Depth, Health
+from jobq.observability.metrics import TRANSPORT_COUNTERS, Metrics
+from jobq.worker.processor import load_processor
 from tests.conftest import ROOT, need_tool
 from tools.stack import composefile
 

@@ -12,9 +12,9 @@ import logging
 import pytest
 
 from jobq.config import ConnectConfig
-from jobq.errors import ConfigError, ConnectionLost
-from jobq.startup import open_transport
+from jobq.core.errors import ConfigError, ConnectionLost
 from jobq.transports.memory import MemoryStore, MemoryTransport
+from jobq.wiring.startup import open_transport
 
 
 class FlakyOpen(MemoryTransport):
@@ -54,13 +54,13 @@ async def test_it_gives_up_after_the_configured_attempts_and_never_retries_confi
 
 def test_the_cli_module_imports_next_to_nothing_before_the_consumer_takes_sigterm() -> None:
     """``consumer`` installs its SIGTERM handler as consumer_main's first line; whatever
-    ``jobq.cli`` imports runs before that, unprotected. It imported the commands (the container,
+    ``jobq.cli.main`` imports runs before that, unprotected. It imported the commands (the container,
     psycopg or aio-pika wiring, YAML: ~180 ms), and a SIGTERM in that window killed a just-started
     consumer with -15 instead of exit 0 (seen in the fault suite). Now those load later."""
     import subprocess
     import sys
 
-    probe = ("import sys, jobq.cli; print(sorted(m for m in ('jobq.commands', 'jobq.config', "
-             "'jobq.container', 'yaml', 'psycopg', 'aio_pika') if m in sys.modules))")
+    probe = ("import sys, jobq.cli.main; print(sorted(m for m in ('jobq.cli.commands', 'jobq.config', "
+             "'jobq.wiring.container', 'yaml', 'psycopg', 'aio_pika') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

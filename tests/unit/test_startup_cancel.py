@@ -10,7 +10,7 @@ import pytest
 
 from jobq.api import wired
 from jobq.config import load_settings
-from jobq.container import get_worker_pool
+from jobq.wiring.container import get_worker_pool
 
 UNREACHABLE = {  # a refused port: every attempt fails at once, and the retries go on
     "postgres": {"postgres.dsn": "postgresql://jobq@127.0.0.1:1/nowhere"},

@@ -10,12 +10,12 @@ import pytest
 from dependency_injector import providers
 
 from jobq.config import Settings, load_settings
-from jobq.container import Container
-from jobq.derived import pg_pool_size, pool_buffer
 from jobq.transports.postgres.claims import FIRST, ClaimStatement, Sweep
 from jobq.transports.postgres.lease import PostgresTransport
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.transaction import PgTransactionTransport
+from jobq.wiring.container import Container
+from jobq.wiring.derived import pg_pool_size, pool_buffer
 
 
 def settings(**overrides: Any) -> Settings:

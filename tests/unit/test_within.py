@@ -1,4 +1,4 @@
-"""A cancel that lands as a look answers is not lost (the 3.11 wait_for race, jobq.within)."""
+"""A cancel that lands as a look answers is not lost (the 3.11 wait_for race, jobq.core.within)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from jobq.looks import Look
-from jobq.within import within
+from jobq.core.looks import Look
+from jobq.core.within import within
 
 
 async def test_a_cancel_as_the_look_answers_reaches_the_caller() -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from jobq import cli, config
+from jobq import config
+from jobq.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"

@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from jobq.core.errors import ConfigError
+from jobq.core.port import JOB_STATES, Admin
 from jobq.dashboard.security import COOKIE, Guard
 from jobq.dashboard.sources import Source, SourceDown, points
-from jobq.errors import ConfigError
-from jobq.transport import JOB_STATES, Admin
 
 LIST_LIMIT = 50
 ACTIONS = ("pause", "resume", "cancel", "retry", "requeue", "purge", "requeue_all", "purge_all")

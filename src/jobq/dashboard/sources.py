@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
-from jobq.transport import Admin
-from jobq.within import within
+from jobq.core.errors import ConfigError, ConnectionLost, TransportError, describe
+from jobq.core.port import Admin
+from jobq.core.within import within
 
 T = TypeVar("T")
 CALL_TIMEOUT = 10.0  # seconds one backend call of a page may take

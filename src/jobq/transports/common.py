@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol, assert_never
 
 from jobq.config import mask_passwords
-from jobq.errors import ConnectionLost, TransportError
-from jobq.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
+from jobq.core.errors import ConnectionLost, TransportError
+from jobq.core.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 
 Errors = tuple[type[BaseException], ...]
 

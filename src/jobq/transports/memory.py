@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from jobq.due import due_problem, wait_of
-from jobq.errors import ConfigError, MalformedJob
-from jobq.job import Decision, Delivery, Job
-from jobq.transport import Health, NewJob
+from jobq.core.due import due_problem, wait_of
+from jobq.core.errors import ConfigError, MalformedJob
+from jobq.core.job import Decision, Delivery, Job
+from jobq.core.port import Health, NewJob
+from jobq.core.within import within
 from jobq.transports.common import carry_out
-from jobq.within import within
 
 
 @dataclass(slots=True)

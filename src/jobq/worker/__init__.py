@@ -19,4 +19,14 @@ A newcomer's map (docs/architecture.md, "The flow", has the why):
   (``job.Decision``), has the transport carry it out, and counts, observes and logs it.
 - ``stats``: ``PoolStats`` (what a run did) and ``PoolObserver`` (the metrics' hook).
 - ``bounds``: the pool's time bounds (``RELEASE_TIMEOUT``, ``INTERRUPT_GRACE``, ...).
+- ``retry``: ``RetryPolicy``, what a failure means: retry after the backoff, or dead.
+- ``handback``: deliveries taken and never started, handed back all at once (stop, pause).
+- ``pausing``: ``PauseWatch``, what a consumer knows of its queue's pause.
+- ``sizing``: how many deliveries the pool holds beyond its running ones.
+
+The handlers it runs:
+
+- ``processor``: the user's handler, loaded from ``module:function`` or a built-in's name.
+- ``routing``: one processor per job kind, the single ``processor`` as the default.
+- ``threads``: the threads plain ``def`` handlers run in.
 """

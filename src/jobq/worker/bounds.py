@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobq.backoff import Backoff
+from jobq.core.backoff import Backoff
 
 # At shutdown, how long handing back the unstarted may take (at most shutdown_timeout).
 RELEASE_TIMEOUT = 10.0

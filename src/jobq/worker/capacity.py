@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from jobq.job import Delivery
-from jobq.sizing import BufferSizer
+from jobq.core.job import Delivery
+from jobq.worker.sizing import BufferSizer
 
 STOP = None  # the sentinel a worker reads as "no more work"
 

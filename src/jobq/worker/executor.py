@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from jobq.errors import HandlerCancelled, JobCancelled
-from jobq.job import Delivery
-from jobq.processor import Handler
+from jobq.core.errors import HandlerCancelled, JobCancelled
+from jobq.core.job import Delivery
 from jobq.worker.interrupts import Interrupts
+from jobq.worker.processor import Handler
 
 
 class Executor:

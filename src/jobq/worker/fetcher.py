@@ -14,14 +14,14 @@ import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 
-from jobq.backoff import pause
-from jobq.errors import TransportError, describe
-from jobq.job import Delivery
-from jobq.pausing import PauseWatch
-from jobq.transport import Transport
+from jobq.core.backoff import pause
+from jobq.core.errors import TransportError, describe
+from jobq.core.job import Delivery
+from jobq.core.port import Transport
 from jobq.worker.bounds import RECEIVE_BACKOFF
 from jobq.worker.capacity import Capacity
 from jobq.worker.lifecycle import Lifecycle
+from jobq.worker.pausing import PauseWatch
 from jobq.worker.settler import Settler
 from jobq.worker.stats import PoolObserver, PoolStats
 

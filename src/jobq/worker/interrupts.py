@@ -15,9 +15,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from jobq.errors import JobTimeout, ShutdownInterrupted, describe
-from jobq.job import Delivery
-from jobq.transport import Health
+from jobq.core.errors import JobTimeout, ShutdownInterrupted, describe
+from jobq.core.job import Delivery
+from jobq.core.port import Health
 
 CANCEL_LOOK = 0.2  # seconds between looks at which running jobs an operator cancelled
 

@@ -10,22 +10,22 @@ import asyncio
 import logging
 import time
 
-from jobq.errors import TransportError, describe
-from jobq.job import Delivery
-from jobq.pausing import PauseWatch
-from jobq.processor import Handler
-from jobq.retry import RetryPolicy
-from jobq.threads import HandlerThreads
-from jobq.transport import Transport
-from jobq.within import within
+from jobq.core.errors import TransportError, describe
+from jobq.core.job import Delivery
+from jobq.core.port import Transport
+from jobq.core.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT, STALL_MARGIN
 from jobq.worker.capacity import Capacity
 from jobq.worker.executor import Executor
 from jobq.worker.fetcher import Asking, Fetcher
 from jobq.worker.interrupts import Interrupts
 from jobq.worker.lifecycle import Lifecycle, State
+from jobq.worker.pausing import PauseWatch
+from jobq.worker.processor import Handler
+from jobq.worker.retry import RetryPolicy
 from jobq.worker.settler import Settler
 from jobq.worker.stats import PoolObserver, PoolStats
+from jobq.worker.threads import HandlerThreads
 from jobq.worker.workers import Workers
 
 

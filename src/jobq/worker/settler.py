@@ -11,9 +11,8 @@ import asyncio
 import logging
 import time
 
-from jobq.errors import JobCancelled, MalformedJob, SettleRejected, TransportError, describe
-from jobq.handback import release_all
-from jobq.job import (
+from jobq.core.errors import JobCancelled, MalformedJob, SettleRejected, TransportError, describe
+from jobq.core.job import (
     ACK,
     Cancelled,
     CancelRequested,
@@ -26,10 +25,11 @@ from jobq.job import (
     RetryIn,
     Spent,
 )
-from jobq.retry import RetryPolicy
-from jobq.transport import Transport
+from jobq.core.port import Transport
 from jobq.worker.bounds import RELEASE_TIMEOUT, STALL_MARGIN
 from jobq.worker.capacity import Capacity
+from jobq.worker.handback import release_all
+from jobq.worker.retry import RetryPolicy
 from jobq.worker.stats import PoolObserver, PoolStats
 
 

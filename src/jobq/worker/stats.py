@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.job import Job, Outcome
+from jobq.core.job import Job, Outcome
 
 
 class PoolObserver(Protocol):

@@ -11,8 +11,8 @@ import functools
 import logging
 import time
 
-from jobq.errors import WorkerDied, describe
-from jobq.job import Delivery
+from jobq.core.errors import WorkerDied, describe
+from jobq.core.job import Delivery
 from jobq.worker.capacity import Capacity
 from jobq.worker.executor import Executor
 from jobq.worker.interrupts import Interrupts

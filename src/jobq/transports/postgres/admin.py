@@ -10,8 +10,8 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.errors import ConfigError, TransportError
-from jobq.transport import DeadJob, Depth, JobInfo, PauseState
+from jobq.core.errors import ConfigError, TransportError
+from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch, pooled, translated
 from jobq.transports.postgres.control import JobControl

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
-from jobq.errors import TransportError, describe
+from jobq.core.errors import TransportError, describe
 from jobq.transports.postgres.connect import Fetch
 
 CANCEL_POLL = 1.0  # seconds between reads of the cancel requests for the jobs held

@@ -16,9 +16,8 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, redact
-from jobq.errors import ConnectionLost
+from jobq.core.errors import ConnectionLost
 from jobq.transports import common
 from jobq.transports.common import error_text as _clean  # the name the connect loops use
 
@@ -140,7 +139,7 @@ async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger, *,
     """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end."""
     where = server_address(dsn)
     params = network_params(dsn, network_timeout)
-    async for attempt in Backoff.from_connect(connect).attempts(connect.attempts):
+    async for attempt in connect.backoff().attempts(connect.attempts):
         try:
             return await psycopg.AsyncConnection.connect(
                 dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout)), **params

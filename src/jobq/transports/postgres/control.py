@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from jobq.errors import ConfigError, TransportError
-from jobq.transport import JOB_STATES, JobInfo
+from jobq.core.errors import ConfigError, TransportError
+from jobq.core.port import JOB_STATES, JobInfo
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch
 

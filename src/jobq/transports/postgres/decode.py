@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from jobq.config import LimitsConfig
-from jobq.job import Delivery, Job
-from jobq.limits import DECODER, decode_object, headers_problem, kind_problem
+from jobq.core.job import Delivery, Job
+from jobq.core.limits import DECODER, decode_object, headers_problem, kind_problem
 
 Row = Sequence[Any]
 FIELDS = ("id", "kind", "payload", "headers", "attempts", "max_attempts", "created_at")

@@ -12,7 +12,7 @@ import contextlib
 
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.sql import Queries
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from jobq.errors import TransactionOwned
-from jobq.transport import NewJob
+from jobq.core.errors import TransactionOwned
+from jobq.core.port import NewJob
 from jobq.transports.postgres.claims import Conn
 from jobq.transports.postgres.joined import Joined
 

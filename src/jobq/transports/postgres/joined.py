@@ -29,10 +29,10 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from jobq.config import LimitsConfig
-from jobq.due import wait_of
-from jobq.errors import ConfigError, ConnectionLost, QueueFull, TransactionRequired
-from jobq.limits import encode_new_job
-from jobq.transport import NewJob
+from jobq.core.due import wait_of
+from jobq.core.errors import ConfigError, ConnectionLost, QueueFull, TransactionRequired
+from jobq.core.limits import encode_new_job
+from jobq.core.port import NewJob
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.keys import has_keys, insert_keyed, insert_keyed_sync
 from jobq.transports.postgres.sql import Queries

@@ -22,7 +22,7 @@ from typing import Any
 
 from psycopg.rows import tuple_row
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.postgres.sql import Queries
 
 ROUNDS = 3

@@ -23,9 +23,10 @@ import functools
 import logging
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.errors import TransportError
-from jobq.job import Decision, Delivery
-from jobq.transport import Health
+from jobq.core.errors import TransportError
+from jobq.core.job import Decision, Delivery
+from jobq.core.port import Health
+from jobq.core.within import within
 from jobq.transports.common import carry_out
 from jobq.transports.postgres.admin import require_schema
 from jobq.transports.postgres.cancels import CancelWatch
@@ -40,7 +41,6 @@ from jobq.transports.postgres.lease_upkeep import Upkeep, forever
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.retention import Pruner, consumer_needs, start
 from jobq.transports.postgres.sql import Queries
-from jobq.within import within
 
 # What a lease-mode consumer does to its tables (docs/security.md); queues: the pause watch.
 # cancels: operators' requests to stop a running job (`jobq jobs cancel`).

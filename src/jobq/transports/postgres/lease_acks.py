@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.postgres.held import Lease, pairs
 from jobq.transports.postgres.lease_run import Statements
 from jobq.transports.postgres.lease_state import LeaseState

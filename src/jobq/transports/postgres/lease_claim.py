@@ -14,7 +14,7 @@ import itertools
 from typing import Any
 
 from jobq.config import LimitsConfig
-from jobq.job import Delivery
+from jobq.core.job import Delivery
 from jobq.transports.postgres.cursor import ClaimCursor, Key
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.held import pairs

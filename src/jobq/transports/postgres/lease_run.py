@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.errors import ConnectionLost
+from jobq.core.errors import ConnectionLost
 from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.lease_state import LeaseState
 from jobq.transports.postgres.sql import Queries

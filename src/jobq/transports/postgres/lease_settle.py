@@ -18,8 +18,8 @@ import asyncio
 import logging
 from typing import Any
 
-from jobq.errors import TransportError, describe
-from jobq.job import Delivery
+from jobq.core.errors import TransportError, describe
+from jobq.core.job import Delivery
 from jobq.transports.postgres.held import Lease, pairs
 from jobq.transports.postgres.lease_acks import Acks
 from jobq.transports.postgres.lease_run import Statements

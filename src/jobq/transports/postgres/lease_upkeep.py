@@ -10,9 +10,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from jobq.backoff import Backoff
 from jobq.config import ConnectConfig, PostgresConfig
-from jobq.errors import TransportError, describe
+from jobq.core.errors import TransportError, describe
 from jobq.transports.postgres.held import pairs
 from jobq.transports.postgres.lease_run import Statements
 from jobq.transports.postgres.lease_state import LeaseState
@@ -21,7 +20,7 @@ from jobq.transports.postgres.lease_state import LeaseState
 async def forever(step: Callable[[], Awaitable[None]], what: str, connect: ConnectConfig,
                   log: logging.Logger) -> None:
     """Run ``step`` until cancelled; log failures and back off instead of dying."""
-    backoff = Backoff.from_connect(connect)
+    backoff = connect.backoff()
     while True:  # a success starts the count again
         async for attempt in backoff.attempts():
             try:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from jobq.backoff import Backoff, pause
 from jobq.config import ConnectConfig
-from jobq.errors import TransportError, describe
+from jobq.core.backoff import pause
+from jobq.core.errors import TransportError, describe
 from jobq.transports.postgres.connect import connect_once, deadline
 
 
@@ -23,7 +23,7 @@ async def listen(dsn: str, connect: ConnectConfig, channel: str, queue: str, wak
     A connection silent for ``network_timeout`` is pinged (an empty query, bounded by the same
     deadline): a link that went dark is noticed within about twice that, not when TCP gives up.
     """
-    backoff = Backoff.from_connect(connect)
+    backoff = connect.backoff()
     failures = 0  # since the last LISTEN that went through
     statement = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
     while True:

@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.move import MovedJob, MoveReport, Send
+from jobq.feeds.move import MovedJob, MoveReport, Send
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Queries

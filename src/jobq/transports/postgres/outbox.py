@@ -20,8 +20,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, PostgresConfig
-from jobq.relay import Send
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
+from jobq.feeds.relay import Send
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.listen import listen

@@ -23,11 +23,11 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, PostgresConfig
-from jobq.errors import ConnectionLost, OutcomeUnknown, QueueFull
-from jobq.limits import encode_new_job
-from jobq.transport import NewJob
+from jobq.core.backoff import QUEUE_FULL_BACKOFF, Backoff
+from jobq.core.errors import ConnectionLost, OutcomeUnknown, QueueFull
+from jobq.core.limits import encode_new_job
+from jobq.core.port import NewJob
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.joined import Joined, columns, refuse_keys_with_cap, statement

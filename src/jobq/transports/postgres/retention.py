@@ -20,8 +20,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.durations import format_duration
-from jobq.errors import TransportError, describe
+from jobq.core.durations import format_duration
+from jobq.core.errors import TransportError, describe
 from jobq.transports.postgres.connect import deadline, translated
 from jobq.transports.postgres.sql import Queries
 

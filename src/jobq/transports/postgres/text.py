@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from jobq.errors import MalformedJob
+from jobq.core.errors import MalformedJob
 
 # NUL: a Postgres text value cannot hold it. A lone surrogate (U+D800-U+DFFF; in a Python str
 # every one is lone) is not UTF-8, so the driver cannot encode it. Either fails the write.

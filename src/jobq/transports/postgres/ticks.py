@@ -12,7 +12,7 @@ from datetime import datetime
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
-from jobq.schedules import Fired, Schedule
+from jobq.feeds.schedules import Fired, Schedule
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import pooled
 from jobq.transports.postgres.publisher import PostgresPublisher

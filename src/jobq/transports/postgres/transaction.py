@@ -40,8 +40,9 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
-from jobq.job import Decision, Delivery
-from jobq.transport import Health
+from jobq.core.job import Decision, Delivery
+from jobq.core.port import Health
+from jobq.core.within import within
 from jobq.transports.common import carry_out
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import CancelWatch
@@ -58,7 +59,6 @@ from jobq.transports.postgres.txn_settle import TxnSettler
 from jobq.transports.postgres.txn_state import TxnState
 from jobq.transports.postgres.txn_take import Taker
 from jobq.transports.postgres.txn_tasks import ClaimTasks
-from jobq.within import within
 
 Pool = AsyncConnectionPool[Conn]
 # docs/security.md; queues: the pause watch; cancels: operators' requests (`jobq jobs cancel`)

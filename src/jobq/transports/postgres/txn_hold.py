@@ -14,7 +14,7 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.postgres.claims import OPEN, Claim, Conn
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.sql import Queries

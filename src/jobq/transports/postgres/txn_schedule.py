@@ -18,9 +18,8 @@ import contextlib
 
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.errors import TransportError
-from jobq.job import Delivery
-from jobq.sizing import BufferSizer
+from jobq.core.errors import TransportError
+from jobq.core.job import Delivery
 from jobq.transports.postgres.claims import GRACE, STALE, ClaimStatement, Conn, Row
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.timed import TimedBuffer
@@ -28,6 +27,7 @@ from jobq.transports.postgres.txn_hold import Holdings
 from jobq.transports.postgres.txn_state import TxnState
 from jobq.transports.postgres.txn_take import Taker
 from jobq.transports.postgres.txn_tasks import ClaimTasks
+from jobq.worker.sizing import BufferSizer
 
 SPARES_HOLD = 0.25
 SPARE_FOR = GRACE / 4

@@ -26,8 +26,8 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from jobq.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned
-from jobq.job import Delivery, Spent
+from jobq.core.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned
+from jobq.core.job import Delivery, Spent
 from jobq.transports.postgres.claims import OPEN, Claim, Conn
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.job_connection import HOW

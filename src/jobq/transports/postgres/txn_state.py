@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from jobq.job import Delivery
+from jobq.core.job import Delivery
 from jobq.transports.postgres.claims import Sweep
 
 

@@ -16,8 +16,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import LimitsConfig
-from jobq.errors import TransportError
-from jobq.job import Delivery, Spent
+from jobq.core.errors import TransportError
+from jobq.core.job import Delivery, Spent
 from jobq.transports.postgres.claims import (
     GRACE,
     PICKED,

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from jobq.job import Delivery
+from jobq.core.job import Delivery
 from jobq.transports.postgres.claims import Row
 from jobq.transports.postgres.txn_hold import Holdings
 from jobq.transports.postgres.txn_state import TxnState

@@ -18,8 +18,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
-from jobq.errors import ConfigError, TransportError
-from jobq.transport import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
+from jobq.core.errors import ConfigError, TransportError
+from jobq.core.port import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.codec import (

@@ -20,7 +20,7 @@ from typing import Any
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from jobq.looks import uncut
+from jobq.core.looks import uncut
 from jobq.transports.rabbitmq.connect import translated
 
 POLL = 1.0  # how often a consumer looks at <q>.alone's depth while it believes it empty

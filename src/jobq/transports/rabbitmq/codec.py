@@ -28,10 +28,10 @@ import aio_pika
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
-from jobq.due import wait_of
-from jobq.job import Job
-from jobq.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
-from jobq.transport import NewJob
+from jobq.core.due import wait_of
+from jobq.core.job import Job
+from jobq.core.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.frames import Undecodable
 
 ATTEMPT = "x-jobq-attempt"

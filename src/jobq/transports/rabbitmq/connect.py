@@ -16,9 +16,8 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost
+from jobq.core.errors import ConnectionLost
 from jobq.transports import common
 from jobq.transports.rabbitmq import reading
 
@@ -146,7 +145,7 @@ class RabbitLink:
         ``attempts`` defaults to ``connect.attempts``; 0 means try until cancelled.
         """
         limit = self._connect.attempts if attempts is None else attempts
-        async for attempt in Backoff.from_connect(self._connect).attempts(limit):
+        async for attempt in self._connect.backoff().attempts(limit):
             try:
                 conn = await self._connect_any()
             except LOGIN_REFUSED as exc:

@@ -28,9 +28,9 @@ from typing import Any
 from aiormq.abc import DeliveredMessage
 
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import TransportError, describe
-from jobq.job import CancelRequested, Decision, Delivery
-from jobq.transport import Health
+from jobq.core.errors import TransportError, describe
+from jobq.core.job import CancelRequested, Decision, Delivery
+from jobq.core.port import Health
 from jobq.transports.common import carry_out
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning

@@ -14,7 +14,7 @@ import asyncio
 from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink, nacked, translated
 
 NACK_PAUSE = 0.05  # seconds before a nacked copy is sent again, doubling up to NACK_PAUSE_MAX

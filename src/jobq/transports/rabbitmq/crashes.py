@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobq.job import Job
+from jobq.core.job import Job
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ import contextlib
 import logging
 from typing import Any
 
-from jobq.errors import ConnectionLost, TransportError, describe
-from jobq.job import Delivery, Spent
+from jobq.core.errors import ConnectionLost, TransportError, describe
+from jobq.core.job import Delivery, Spent
 from jobq.transports.rabbitmq.alone import AloneQueue
 from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, SUSPECT, republish
 from jobq.transports.rabbitmq.connect import RabbitLink

@@ -26,7 +26,7 @@ from typing import Any
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
-from jobq.job import CancelRequested, Delivery, Job, Spent
+from jobq.core.job import CancelRequested, Delivery, Job, Spent
 from jobq.transports.rabbitmq.codec import ATTEMPT, DUE, crashed, decode, due_at, isolated, suspected
 from jobq.transports.rabbitmq.crashes import CrashCopy, crash_copy
 

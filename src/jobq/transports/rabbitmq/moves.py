@@ -26,8 +26,9 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import ConfigError
-from jobq.move import MovedJob, MoveReport, Send
+from jobq.core.errors import ConfigError
+from jobq.core.within import within
+from jobq.feeds.move import MovedJob, MoveReport, Send
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.admin import dead_at, dead_row
 from jobq.transports.rabbitmq.codec import (
@@ -44,7 +45,6 @@ from jobq.transports.rabbitmq.codec import (
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
 from jobq.transports.rabbitmq.topology import Topology
-from jobq.within import within
 
 LAST_ERROR = "x-jobq-last-error"
 WINDOW = 256  # publishes awaiting their confirms at once

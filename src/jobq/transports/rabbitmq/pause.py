@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
-from jobq.transport import PauseState
+from jobq.core.port import PauseState
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import Topology

@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiormq
 from aio_pika.abc import AbstractChannel
 
-from jobq.errors import TransportError
+from jobq.core.errors import TransportError
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.topology import node_down
 

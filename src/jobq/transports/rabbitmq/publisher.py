@@ -28,9 +28,9 @@ import aiormq
 from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 
-from jobq.backoff import QUEUE_FULL_BACKOFF, Backoff
 from jobq.config import LimitsConfig, RabbitConfig
-from jobq.errors import (
+from jobq.core.backoff import QUEUE_FULL_BACKOFF, Backoff
+from jobq.core.errors import (
     ConfigError,
     ConnectionLost,
     JobqError,
@@ -40,7 +40,7 @@ from jobq.errors import (
     TransportError,
     describe,
 )
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 from jobq.transports.rabbitmq.codec import Outgoing, due_at, encode_job, new_job_id
 from jobq.transports.rabbitmq.connect import (
     LINK_ERRORS,
@@ -156,7 +156,7 @@ class RabbitPublisher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         waiting, maybe = list(range(len(jobs))), []
-        tries = _Tries(Backoff.from_connect(self._link.connect_config))
+        tries = _Tries(self._link.connect_config.backoff())
         last = _Round()
         while waiting:
             last = await self._round(queue, jobs, messages, waiting, deadline)

@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from jobq.job import Delivery
+from jobq.core.job import Delivery
 from jobq.transports.rabbitmq.alone import AloneQueue
 from jobq.transports.rabbitmq.codec import ATTEMPT, DUE, MARKS, due_ms
 from jobq.transports.rabbitmq.forwarding import Forwarder

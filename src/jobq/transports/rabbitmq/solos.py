@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from jobq.config import RabbitConfig
-from jobq.errors import ConnectionLost, TransportError, describe
-from jobq.job import CancelRequested, Delivery
-from jobq.looks import uncut
+from jobq.core.errors import ConnectionLost, TransportError, describe
+from jobq.core.job import CancelRequested, Delivery
+from jobq.core.looks import uncut
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
 from jobq.transports.rabbitmq.codec import MARKS
 from jobq.transports.rabbitmq.connect import translated

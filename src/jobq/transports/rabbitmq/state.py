@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from jobq.job import CancelRequested, Delivery
+from jobq.core.job import CancelRequested, Delivery
 
 T = TypeVar("T")
 

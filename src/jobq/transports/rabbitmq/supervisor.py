@@ -21,9 +21,8 @@ from typing import Any
 
 from aiormq.abc import DeliveredMessage
 
-from jobq.backoff import Backoff
 from jobq.config import RabbitConfig
-from jobq.errors import ConfigError, ConnectionLost, TransportError, describe
+from jobq.core.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.session import Session
 from jobq.transports.rabbitmq.state import Background, Inbox, State
@@ -142,7 +141,7 @@ class Supervisor:
 
     async def supervise(self) -> None:
         """Wait for the session to end; then reconnect with backoff and start a new one."""
-        backoff = Backoff.from_connect(self._link.connect_config)
+        backoff = self._link.connect_config.backoff()
         while True:
             session = self.current
             assert session is not None

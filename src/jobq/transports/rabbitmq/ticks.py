@@ -30,8 +30,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from jobq.config import RabbitConfig
-from jobq.errors import TransportError
-from jobq.schedules import Fired, Schedule
+from jobq.core.errors import TransportError
+from jobq.feeds.schedules import Fired, Schedule
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.publisher import RabbitPublisher
 

@@ -25,7 +25,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel
 
-from jobq.errors import TransportError, describe
+from jobq.core.errors import TransportError, describe
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel
 from jobq.transports.rabbitmq.probe import ReadyCount
 from jobq.transports.rabbitmq.topology import TOMBSTONE_TTL, Topology

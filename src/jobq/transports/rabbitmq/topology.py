@@ -41,7 +41,7 @@ from aio_pika import ExchangeType
 from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from jobq.config import RabbitConfig
-from jobq.errors import ConfigError
+from jobq.core.errors import ConfigError
 
 _INEQUIVALENT = re.compile(
     r"inequivalent arg '(?P<arg>[^']+)' for (?P<kind>queue|exchange) '(?P<name>[^']+)' "

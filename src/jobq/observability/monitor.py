@@ -13,10 +13,10 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from jobq.errors import describe
-from jobq.looks import Look
-from jobq.metrics import Metrics
-from jobq.transport import Depth
+from jobq.core.errors import describe
+from jobq.core.looks import Look
+from jobq.core.port import Depth
+from jobq.observability.metrics import Metrics
 from jobq.worker.pool import WorkerPool
 
 DepthProbe = Callable[[], Awaitable[Depth]]

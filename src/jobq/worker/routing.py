@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobq.config import ConsumerConfig
-from jobq.errors import ConfigError, UnknownKind
-from jobq.job import Job
-from jobq.processor import Handler, as_async, load_processor
-from jobq.threads import HandlerThreads
+from jobq.core.errors import ConfigError, UnknownKind
+from jobq.core.job import Job
+from jobq.worker.processor import Handler, as_async, load_processor
+from jobq.worker.threads import HandlerThreads
 
 
 class KindRouter:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from jobq.job import Job, Outcome
-from jobq.processor import Handler
-from jobq.transport import NewJob, Publisher
+from jobq.core.job import Job, Outcome
+from jobq.core.port import NewJob, Publisher
+from jobq.worker.processor import Handler
 from jobq.worker.stats import PoolObserver
 
 TRACER = "jobq"

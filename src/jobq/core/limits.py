@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobq.due import due_problem
-from jobq.errors import JobTooLarge, MalformedJob
-from jobq.transport import NewJob
+from jobq.core.due import due_problem
+from jobq.core.errors import JobTooLarge, MalformedJob
+from jobq.core.port import NewJob
 
 MAX_KIND = 200  # characters; a kind is a routing key, not data
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")  # a queue's, a schedule's

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.backoff import Backoff
-from jobq.errors import QueueFull, TransportError, describe
-from jobq.transport import NewJob
-from jobq.within import within
+from jobq.core.backoff import Backoff
+from jobq.core.errors import QueueFull, TransportError, describe
+from jobq.core.port import NewJob
+from jobq.core.within import within
 
 # Publishes the jobs (ids, jobs) and returns the ids it refused, each with the reason: a job
 # the broker can never take (MalformedJob: the outbox dead-letters it instead of retrying it).

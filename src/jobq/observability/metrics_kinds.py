@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jobq.metrics_jobs import LABELS, Buckets
+from jobq.observability.metrics_jobs import LABELS, Buckets
 
 OTHER = "other"
 MAX_KINDS = 100

@@ -11,8 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobq.config import ConnectConfig
-from jobq.within import within
+from jobq.core.within import within
 
 # The ceiling stops doubling after this many steps: far past any cap a config can set, and
 # 2.0 ** n overflows a float near n = 1024, which a loop retrying forever would reach.
@@ -27,11 +26,6 @@ class Backoff:
     cap: float
     jitter: bool = True
     rand: Callable[[], float] = random.random
-
-    @classmethod
-    def from_connect(cls, connect: ConnectConfig) -> Backoff:
-        """The backoff between connection attempts (``connect.backoff_base``/``backoff_max``)."""
-        return cls(base=connect.backoff_base, cap=connect.backoff_max)
 
     def delay(self, attempt: int) -> float:
         """The pause after failed attempt number ``attempt`` (1-based)."""

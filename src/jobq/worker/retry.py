@@ -6,9 +6,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobq.backoff import Backoff
-from jobq.errors import MalformedJob, PermanentError, Retry, describe
-from jobq.job import Dead, Job, RetryIn
+from jobq.core.backoff import Backoff
+from jobq.core.errors import MalformedJob, PermanentError, Retry, describe
+from jobq.core.job import Dead, Job, RetryIn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from jobq.job import Decision, Delivery
+from jobq.core.job import Decision, Delivery
 
 
 class Transport(Protocol):

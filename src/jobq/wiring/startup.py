@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from jobq.backoff import Backoff
 from jobq.config import ConnectConfig
-from jobq.errors import ConnectionLost, describe
-from jobq.transport import Transport
+from jobq.core.errors import ConnectionLost, describe
+from jobq.core.port import Transport
 
 
 async def open_transport(transport: Transport, connect: ConnectConfig, log: logging.Logger) -> None:
@@ -19,7 +18,7 @@ async def open_transport(transport: Transport, connect: ConnectConfig, log: logg
     stands (exit 3). Every transport's ``open`` starts its background work only once the
     statements that can fail have run, so trying again is safe.
     """
-    async for attempt in Backoff.from_connect(connect).attempts(connect.attempts):
+    async for attempt in connect.backoff().attempts(connect.attempts):
         try:
             await transport.open()
             return

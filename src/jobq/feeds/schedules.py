@@ -26,10 +26,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from jobq.durations import parse_duration
-from jobq.errors import ConfigError, JobqError, describe
-from jobq.limits import NAME_RE, LimitsConfig, encode_new_job, kind_problem
-from jobq.transport import NewJob
+from jobq.core.durations import parse_duration
+from jobq.core.errors import ConfigError, JobqError, describe
+from jobq.core.limits import NAME_RE, LimitsConfig, encode_new_job, kind_problem
+from jobq.core.port import NewJob
 
 LOOK = 1.0  # the loop looks at least this often, and again this soon after a busy answer
 EARLIEST = 0.005  # the loop never sleeps less (a timer that fires a hair early looks again)

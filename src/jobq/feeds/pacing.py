@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 
 IN_FLIGHT = 256  # enqueue calls awaiting their confirm / commit at once
 # The shortest sleep between sends. uvloop's timers count whole milliseconds: a shorter sleep

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from jobq.errors import describe
-from jobq.job import RELEASE, Delivery
-from jobq.transport import Transport
+from jobq.core.errors import describe
+from jobq.core.job import RELEASE, Delivery
+from jobq.core.port import Transport
 
 
 async def release_all(transport: Transport, unstarted: Sequence[Delivery], *, limit: float,

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from jobq.errors import describe
-from jobq.looks import Look
-from jobq.transport import PauseState
+from jobq.core.errors import describe
+from jobq.core.looks import Look
+from jobq.core.port import PauseState
 
 POLL = 1.0  # seconds between looks: a pause or resume reaches every consumer within about this
 PROBE_TIMEOUT = 5.0  # a look that takes longer failed; the last answer stands

@@ -18,9 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from jobq.api import wired
-from jobq.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.config import Settings
-from jobq.container import (
+from jobq.core.durations import format_duration
+from jobq.core.errors import ConfigError
+from jobq.core.port import Admin, Control, NewJob
+from jobq.feeds.pacing import send_paced
+from jobq.feeds.schedules import parse_schedules, scheduling
+from jobq.observability.monitor import render_depth
+from jobq.observability.stacks import stacks_on_signal
+from jobq.wiring.backstop import Backstop, closing_bound, shutdown_bound
+from jobq.wiring.container import (
     admin_of,
     get_admin,
     get_observers,
@@ -34,17 +41,10 @@ from jobq.container import (
     schema_sql,
     server_address,
 )
-from jobq.durations import format_duration
-from jobq.errors import ConfigError
-from jobq.monitor import render_depth
-from jobq.pacing import send_paced
-from jobq.pausing import render_change, render_state
-from jobq.routing import require_processor
-from jobq.schedules import parse_schedules, scheduling
-from jobq.stacks import stacks_on_signal
-from jobq.startup import open_transport
-from jobq.transport import Admin, Control, NewJob
+from jobq.wiring.startup import open_transport
+from jobq.worker.pausing import render_change, render_state
 from jobq.worker.pool import WorkerPool
+from jobq.worker.routing import require_processor
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
@@ -160,7 +160,7 @@ async def relay(settings: Settings, args: argparse.Namespace) -> int:
 
 async def move_jobs(settings: Settings, args: argparse.Namespace) -> int:
     """``jobq move``: the queue's pending or dead jobs from one backend to the other."""
-    from jobq.move import move
+    from jobq.feeds.move import move
 
     async with wired(settings) as container, moving(container, args.source) as (source, sink):
         log.info("moving the %s jobs%s of queue %r from %s to %s", args.state,

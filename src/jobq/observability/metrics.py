@@ -3,7 +3,7 @@
 Every series carries the labels ``transport`` and ``queue``. Per-job values are pushed by the
 pool (``settled``); occupancy, readiness and the transport's own counters are pulled at scrape
 time (``watch``), so they cost the hot path nothing; queue depth is set by the depth poller
-(``jobq.monitor``).
+(``jobq.observability.monitor``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from jobq.job import Job, Outcome
-from jobq.metrics_jobs import JobCounts
-from jobq.metrics_kinds import KindCounts
-from jobq.transport import Depth, Health
+from jobq.core.job import Job, Outcome
+from jobq.core.port import Depth, Health
+from jobq.observability.metrics_jobs import JobCounts
+from jobq.observability.metrics_kinds import KindCounts
 
 STOP_TIMEOUT = 2.0  # seconds stop_serving waits for the serving loop to end
 CLIENT_TIMEOUT = 10.0  # seconds a metrics client may stay silent in the middle of a request

@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobq.errors import ConfigError, MalformedJob, QueueFull, TransportError
+from jobq.core.errors import ConfigError, MalformedJob, QueueFull, TransportError
 
 # The rest of jobq (config, logging, the commands and everything they import) is imported when
 # a command runs, not with this module: `consumer` must take SIGTERM over as early as it can
@@ -38,7 +38,7 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 
 def _duration(text: str) -> float:
-    from jobq.durations import parse_duration
+    from jobq.core.durations import parse_duration
 
     try:
         return parse_duration(text)
@@ -78,7 +78,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
     """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
-    from jobq.logs import configure
+    from jobq.observability.logs import configure
 
     try:
         settings = _settings(args)
@@ -132,7 +132,7 @@ def consumer_parser() -> argparse.ArgumentParser:
 
 
 def _delay(text: str) -> float:
-    from jobq.due import delay_problem
+    from jobq.core.due import delay_problem
 
     try:
         value = float(text)
@@ -145,7 +145,7 @@ def _delay(text: str) -> float:
 
 
 def _run_at(text: str) -> datetime:
-    from jobq.due import run_at_problem
+    from jobq.core.due import run_at_problem
 
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
@@ -338,7 +338,7 @@ JOBS_HELP = (
 
 
 def _jobs_parser(sub: Any) -> None:
-    from jobq.transport import JOB_STATES
+    from jobq.core.port import JOB_STATES
 
     jobs = sub.add_parser("jobs", help="show, list, cancel or retry single jobs",
                           description=JOBS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -358,7 +358,7 @@ def _jobs_parser(sub: Any) -> None:
 def _dashboard(args: argparse.Namespace) -> int:
     """``jobq dashboard``: one Settings per --config."""
     from jobq.config import load_settings
-    from jobq.logs import configure
+    from jobq.observability.logs import configure
 
     try:
         # One try per page load: a server that is down shows as a banner at once, and the
@@ -370,7 +370,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         first = configs[0]
         configure(args.log_level or first.log.level, first.log.format,
                   transport=first.transport, queue=first.queue)
-        from jobq import commands
+        from jobq.cli import commands
 
         return asyncio.run(commands.dashboard(
             configs, host=args.host or first.dashboard.host,
@@ -392,8 +392,8 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
     # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
     signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser().parse_args(argv)
-    from jobq import commands
-    from jobq.backstop import Backstop
+    from jobq.cli import commands
+    from jobq.wiring.backstop import Backstop
 
     with Backstop(logging.getLogger("jobq")) as backstop:
         return _run(lambda s: commands.consume(s, stats_json=args.stats_json,
@@ -403,7 +403,7 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
 def producer_main(argv: Sequence[str] | None = None) -> int:
     """``producer``: enqueue ``--count`` generated jobs."""
     args = producer_parser().parse_args(argv)
-    from jobq import commands
+    from jobq.cli import commands
 
     return _run(lambda s: commands.produce(s, args), args)
 
@@ -420,7 +420,7 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         need = "takes no id (--state, --kind)" if args.action == "list" else "needs a job id"
         print(f"jobq: config error: id: jobs {args.action} {need}", file=sys.stderr)
         return EXIT_CONFIG
-    from jobq import commands
+    from jobq.cli import commands
 
     if args.command == "dashboard":
         return _dashboard(args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 
-from jobq.transport import NewJob
+from jobq.core.port import NewJob
 
 # At most this far ahead: ten years. Further is a unit mistake (milliseconds for seconds).
 MAX_WAIT = 10 * 365 * 86400.0

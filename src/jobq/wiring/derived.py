@@ -5,7 +5,7 @@ root (container.py), the benchmarks and the fault suite, and unit tested on thei
 from __future__ import annotations
 
 from jobq.config import Settings
-from jobq.sizing import CEILING as BUFFER_CEILING
+from jobq.worker.sizing import CEILING as BUFFER_CEILING
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
 

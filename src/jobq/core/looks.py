@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from jobq.within import within
+from jobq.core.within import within
 
 T = TypeVar("T")
 

@@ -8,9 +8,9 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobq.config import Settings
-from jobq.metrics import Metrics, serve, stop_serving
-from jobq.monitor import Monitor
-from jobq.transport import Admin, Transport
+from jobq.core.port import Admin, Transport
+from jobq.observability.metrics import Metrics, serve, stop_serving
+from jobq.observability.monitor import Monitor
 from jobq.worker.pool import WorkerPool
 
 
@@ -19,7 +19,7 @@ def job_tracing(settings: Settings, metrics: Metrics) -> Any:
     when off, and then OpenTelemetry is not even imported."""
     if not settings.tracing.enabled:
         return None
-    from jobq.tracing import JobTracing
+    from jobq.observability.tracing import JobTracing
 
     return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
 

@@ -21,7 +21,7 @@ import time
 from types import TracebackType
 
 from jobq.config import Settings
-from jobq.stacks import render_stacks
+from jobq.observability.stacks import render_stacks
 from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT
 
 EXIT_OVERRAN = 1

@@ -25,9 +25,15 @@ from wsgiref.simple_server import WSGIServer
 
 from dependency_injector import containers, providers
 
-from jobq.backoff import Backoff
 from jobq.config import Settings
-from jobq.derived import (
+from jobq.core.errors import ConfigError
+from jobq.core.port import Admin, Publisher, Transport
+from jobq.feeds.move import Sink, Source
+from jobq.feeds.relay import Outbox, Relay
+from jobq.feeds.schedules import Schedule, Ticks, parse_schedules
+from jobq.observability.metrics import Metrics
+from jobq.observability.monitor import Monitor
+from jobq.wiring.derived import (
     LEASE_POOL,
     metric_kinds,
     pg_pool_size,
@@ -35,19 +41,12 @@ from jobq.derived import (
     pool_buffer_max,
     rmq_prefetch,
 )
-from jobq.errors import ConfigError
-from jobq.metrics import Metrics
-from jobq.monitor import Monitor
-from jobq.move import Sink, Source
-from jobq.observing import job_tracing, metrics_server, monitor, observer
-from jobq.pausing import PauseWatch
-from jobq.relay import Outbox, Relay
-from jobq.retry import RetryPolicy
-from jobq.routing import build_handler
-from jobq.schedules import Schedule, Ticks, parse_schedules
-from jobq.threads import HandlerThreads
-from jobq.transport import Admin, Publisher, Transport
+from jobq.wiring.observing import job_tracing, metrics_server, monitor, observer
+from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
+from jobq.worker.retry import RetryPolicy
+from jobq.worker.routing import build_handler
+from jobq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from jobq.transports.memory import MemoryPublisher, MemoryTransport
@@ -129,7 +128,7 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
 
 def handler(settings: Settings, threads: HandlerThreads, tracing: Any) -> Any:
     """The configured processor (or per-kind processors), awaitable whatever it is; inside a
-    span per job with tracing on (``tracing``: a jobq.tracing.JobTracing, else None)."""
+    span per job with tracing on (``tracing``: a jobq.observability.tracing.JobTracing, else None)."""
     built = build_handler(settings.consumer, threads)
     return built if tracing is None else tracing.wrap(built)
 
@@ -311,12 +310,12 @@ async def get_transport(container: Container) -> Transport:
 
 async def get_publisher(container: Container) -> Publisher:
     """The configured publisher (not yet opened); with tracing on, its enqueues open spans and
-    carry their context in the jobs' headers (jobq.tracing)."""
+    carry their context in the jobs' headers (jobq.observability.tracing)."""
     await connect(container)
     publisher: Publisher = await resolve(container.publisher())
     settings: Settings = container.settings()
     if settings.tracing.enabled:
-        from jobq.tracing import TracedPublisher
+        from jobq.observability.tracing import TracedPublisher
 
         return TracedPublisher(publisher, system=settings.transport, queue=settings.queue)
     return publisher
@@ -378,7 +377,7 @@ async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
         await publisher.open()
         try:
             yield Relay(outbox, publisher.publish_valid, batch=batch,
-                        backoff=Backoff.from_connect(settings.connect),
+                        backoff=settings.connect.backoff(),
                         logger=logging.getLogger("jobq.relay"))
         finally:
             await publisher.close()

@@ -10,10 +10,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from jobq.core.errors import ConfigError
+from jobq.core.job import Job
 from jobq.demo_processors import BUILTINS
-from jobq.errors import ConfigError
-from jobq.job import Job
-from jobq.threads import HandlerThreads
+from jobq.worker.threads import HandlerThreads
 
 
 class Processor(Protocol):
