@@ -131,10 +131,14 @@ async def test_jobs_come_in_the_order_they_were_enqueued(port: Port) -> None:
 
 
 async def test_a_higher_priority_comes_first(prioritised: Port) -> None:
-    await prioritised.enqueue(job(0), job(1, priority=5), job(2), job(3, priority=9), job(4))
+    # Equal priorities above 0 too, over two enqueues: PostgreSQL claims those apart from the
+    # priority-0 jobs, and must keep their order there as well.
+    await prioritised.enqueue(job(0), job(1, priority=3), job(2), job(3, priority=7),
+                              job(4, priority=3), job(5), job(6, priority=7))
+    await prioritised.enqueue(job(7, priority=3), job(8, priority=9), job(9))
     async with prioritised.consumer() as transport:
-        got = await one_at_a_time(transport, 5)
-        assert [n(d) for d in got] == [3, 1, 0, 2, 4]  # by priority, then in order
+        got = await one_at_a_time(transport, 10)
+        assert [n(d) for d in got] == [8, 3, 6, 1, 4, 7, 0, 2, 5, 9]  # by priority, then in order
 
 
 async def test_each_decision_is_carried_out_once(port: Port) -> None:

@@ -145,24 +145,6 @@ def test_two_instances_sweeping_failing_jobs_both_end(
     assert total[0][0] == sum(tried.values())  # every attempt counted, none invented
 
 
-@pytest.mark.slow
-def test_job_that_kills_its_process_ends_dead_after_max_attempts(
-        pg_dsn: str, schema: str, queue_name: str) -> None:
-    produce(schema, queue_name, 1, "--max-attempts", "2")
-    exits = []
-    for _ in range(4):
-        exits.append(run_cli("consumer", *pg_args(queue_name), *TXN, "-p", "crash", "--once",
-                             env=schema_env(schema), timeout=30).returncode)
-        time.sleep(GRACE)  # a job picked by a process that died is passed over for that long
-    # The first death is nobody's to blame (uncounted); then two counted attempts killed their
-    # process, and the fourth sweep buries it.
-    assert exits == [137, 137, 137, 0]
-    rows = fetch(pg_dsn, sql.SQL("SELECT status, attempts, last_error FROM {}").format(table(schema)))
-    status, attempts, error = rows[0]
-    assert (status, attempts) == ("dead", 2)
-    assert "died or lost its connection during each of its 2 attempts" in str(error)
-
-
 def test_too_small_a_pool_warns_at_start_and_still_drains(
         pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
     produce(schema, queue_name, 50)

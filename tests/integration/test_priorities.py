@@ -1,41 +1,13 @@
-"""NewJob.priority against the real servers: a due job of a higher priority runs first.
+"""NewJob.priority where it cannot hold: the refusal names the key and nothing is enqueued.
 
-PostgreSQL in both claim modes and RabbitMQ with a classic queue and rabbitmq.max_priority:
-jobs enqueued with no priority, then with priorities, are run by one worker (nothing
-buffered) highest priority first, enqueue order within a priority, then the rest in their
-order. Where priorities cannot hold, the refusal names the key and nothing is enqueued.
+That a higher priority runs first, on every backend that has priorities, is the port contract's
+(tests/contract/test_port.py, ``test_a_higher_priority_comes_first``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tests.conftest import schema_env
-from tests.contract.backends import Backend, backend_under_test
-from tests.processors import completions
-
-ONE = {"JOBQ_CONSUMER__BUFFER": "0"}
-PLAN = [(0, 5), (3, 2), (7, 2), (3, 1), (9, 1)]  # (priority, jobs), enqueued in this order
-
-
-@pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq-classic"])
-def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
-    """The backend under test, one job at a time; on RabbitMQ a classic queue with priorities."""
-    with backend_under_test(request, queue_name, request.param, ONE,
-                            {"JOBQ_RABBITMQ__MAX_PRIORITY": "9"}) as backend:
-        yield backend
-
-def test_higher_priorities_run_first(backend: Backend, tmp_path: Path) -> None:
-    for priority, count in PLAN:
-        backend.produce(count, "--kind", f"p{priority}", "--priority", str(priority))
-    result = backend.run("consumer", "--once", "-n", "1", "-p", "tests.processors:kinds",
-                         "-a", f"directory={tmp_path}")
-    assert result.returncode == 0, result.stderr
-    expected = ["p9"] + ["p7"] * 2 + ["p3"] * 3 + ["p0"] * 5
-    assert completions(tmp_path) == expected
+from tests.contract.backends import Backend
 
 
 def test_where_priorities_cannot_hold_the_refusal_names_the_key(queue_name: str,
