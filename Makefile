@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-services test-beside test-tools test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -34,24 +34,33 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
-# The tests in two steps. (1) The integration and contract tests that use RabbitMQ, on
-# WORKERS processes (every test has its own schema or queues; most of a test's time is spent
-# waiting for a server or a consumer, so more workers than cores; one test at a time to each,
-# the longest, marked `slow`, first). (2) What restarts or crashes the broker (the `serial`
-# mark) alone on RabbitMQ, and beside it what does not use RabbitMQ: the PostgreSQL-only
-# tests (PG_ONLY), the lint and the unit tests. The bytecode is compiled first: this machine
-# sets PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again. Four
-# workers, not more: six took more connections than PostgreSQL's max_connections (100).
+# The tests in two steps. (1) `test-services`: the integration and contract tests that use
+# RabbitMQ, on WORKERS processes (every test has its own schema or queues; most of a test's time
+# is spent waiting for a server or a consumer, so more workers than cores; one test at a time to
+# each, the longest, marked `slow`, first). (2) `test-beside`: what restarts or crashes the
+# broker (the `serial` mark) alone on RabbitMQ, and beside it what does not use RabbitMQ: the
+# PostgreSQL-only tests (PG_ONLY), the tests of the stack and the dashboard's browser (TOOLS:
+# they need docker-compose, prometheus and chromium, which .ci/run installs during step 1), the
+# lint and the unit tests. The bytecode is compiled first: this machine sets
+# PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again. Four workers,
+# not more: six took more connections than PostgreSQL's max_connections (100).
 WORKERS ?= 4
 PYTEST  := $(PY) -m pytest -q -p no:cacheprovider
 SPREAD  := --dist load --maxschedchunk 1
 PG_ONLY := tests/integration/test_pg_*.py tests/integration/test_postgres*.py
-BESIDE  := test-serial test-postgres lint unit
-test: $(STAMP) tests/keda/node_modules
+TOOLS   := tests/integration/test_dashboard_browser.py tests/integration/test_stack_native.py
+STEP1   := -n $(WORKERS) $(SPREAD) -m "not serial" $(addprefix --ignore-glob=,$(PG_ONLY) $(TOOLS)) \
+           tests/integration tests/contract
+BESIDE  := test-serial test-postgres test-tools lint unit
+test: test-services
+	$(MAKE) --no-print-directory test-beside
+
+test-services: $(STAMP)
 	$(PY) -m compileall -q src tests
-	$(PYTEST) -n $(WORKERS) $(SPREAD) -m "not serial" $(addprefix --ignore-glob=,$(PG_ONLY)) \
-	  tests/integration tests/contract
-	$(MAKE) --no-print-directory -j4 -O $(BESIDE)
+	$(PYTEST) $(STEP1)
+
+test-beside:
+	$(MAKE) --no-print-directory -j5 -O $(BESIDE)
 
 test-serial: $(STAMP)
 	$(PYTEST) -m serial tests/integration
@@ -59,11 +68,13 @@ test-serial: $(STAMP)
 test-postgres: $(STAMP)
 	$(PYTEST) -n 3 $(SPREAD) $(wildcard $(PG_ONLY))
 
-test-under-load: $(STAMP) tests/keda/node_modules
+test-tools: $(STAMP)
+	$(PYTEST) -m "not serial" $(TOOLS)
+
+test-under-load: $(STAMP)
 	$(PY) -m compileall -q src tests
-	tools/under_load.sh $(PYTEST) -n $(WORKERS) $(SPREAD) -m "not serial" \
-	  $(addprefix --ignore-glob=,$(PG_ONLY)) tests/integration tests/contract
-	tools/under_load.sh $(MAKE) --no-print-directory -j4 -O $(BESIDE)
+	tools/under_load.sh $(PYTEST) $(STEP1)
+	tools/under_load.sh $(MAKE) --no-print-directory test-beside
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
 tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
