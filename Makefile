@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-services test-beside test-tools test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -38,10 +38,10 @@ lint: $(STAMP)
 # RabbitMQ, on WORKERS processes (every test has its own schema or queues; most of a test's time
 # is spent waiting for a server or a consumer, so more workers than cores; one test at a time to
 # each, the longest, marked `slow`, first). (2) `test-beside`: what restarts or crashes the
-# broker (the `serial` mark) alone on RabbitMQ, and beside it what does not use RabbitMQ: the
-# PostgreSQL-only tests (PG_ONLY), the tests of the stack and the dashboard's browser (TOOLS:
-# they need docker-compose, prometheus and chromium, which .ci/run installs during step 1), the
-# lint and the unit tests. The bytecode is compiled first: this machine sets
+# broker (the `serial` mark) alone on RabbitMQ, then the tests of the stack and the dashboard's
+# browser (TOOLS: they need docker-compose, prometheus and chromium, which .ci/run installs
+# during step 1); beside them what does not use RabbitMQ: the PostgreSQL-only tests (PG_ONLY),
+# the lint and the unit tests. The bytecode is compiled first: this machine sets
 # PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again. Four workers,
 # not more: six took more connections than PostgreSQL's max_connections (100).
 WORKERS ?= 4
@@ -51,7 +51,7 @@ PG_ONLY := tests/integration/test_pg_*.py tests/integration/test_postgres*.py
 TOOLS   := tests/integration/test_dashboard_browser.py tests/integration/test_stack_native.py
 STEP1   := -n $(WORKERS) $(SPREAD) -m "not serial" $(addprefix --ignore-glob=,$(PG_ONLY) $(TOOLS)) \
            tests/integration tests/contract
-BESIDE  := test-serial test-postgres test-tools lint unit
+BESIDE  := test-broker test-postgres lint unit
 test: test-services
 	$(MAKE) --no-print-directory test-beside
 
@@ -60,7 +60,7 @@ test-services: $(STAMP)
 	$(PYTEST) $(STEP1)
 
 test-beside:
-	$(MAKE) --no-print-directory -j5 -O $(BESIDE)
+	$(MAKE) --no-print-directory -j4 -O $(BESIDE)
 
 test-serial: $(STAMP)
 	$(PYTEST) -m serial tests/integration
@@ -68,8 +68,9 @@ test-serial: $(STAMP)
 test-postgres: $(STAMP)
 	$(PYTEST) -n 3 $(SPREAD) $(wildcard $(PG_ONLY))
 
-test-tools: $(STAMP)
-	$(PYTEST) -m "not serial" $(TOOLS)
+# The TOOLS tests use RabbitMQ too: after the serial ones, never while they restart it.
+test-broker: test-serial
+	$(PYTEST) -n 2 $(TOOLS)
 
 test-under-load: $(STAMP)
 	$(PY) -m compileall -q src tests
