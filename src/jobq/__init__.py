@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from jobq.core.errors import (
     ConfigError,
     ConnectionLost,
@@ -19,9 +21,14 @@ from jobq.core.errors import (
 from jobq.core.job import Delivery, Job, Outcome
 from jobq.core.port import NewJob
 
+if TYPE_CHECKING:  # imported on first use (below): `import jobq` stays light for the CLIs
+    from jobq.tasks import App, Context, Task
+
 __all__ = [
+    "App",
     "ConfigError",
     "ConnectionLost",
+    "Context",
     "Delivery",
     "Job",
     "JobTooLarge",
@@ -32,9 +39,20 @@ __all__ = [
     "PermanentError",
     "QueueFull",
     "Retry",
+    "Task",
     "TransactionOwned",
     "TransactionRequired",
     "TransportError",
     "UnknownKind",
 ]
 __version__ = "0.1.0"
+
+_TASKS = frozenset({"App", "Context", "Task"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TASKS:
+        import jobq.tasks
+
+        return getattr(jobq.tasks, name)
+    raise AttributeError(f"module 'jobq' has no attribute {name!r}")

@@ -44,7 +44,7 @@ from jobq.wiring.container import (
 from jobq.wiring.startup import open_transport
 from jobq.worker.pausing import render_change, render_state
 from jobq.worker.pool import WorkerPool
-from jobq.worker.routing import require_processor
+from jobq.worker.routing import describe_handler, require_processor
 
 log = logging.getLogger("jobq")
 @contextlib.contextmanager
@@ -116,8 +116,8 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             pool.stop()
         metrics.ready = True
         monitor.start()
-        log.info("consuming queue %r on %s (concurrency %d, processor %s%s)", settings.queue,
-                 settings.transport, settings.consumer.concurrency, settings.consumer.processor,
+        log.info("consuming queue %r on %s (concurrency %d, %s%s)", settings.queue, settings.transport,
+                 settings.consumer.concurrency, describe_handler(settings.consumer),
                  f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
         try:
             async with scheduling(schedules, ticks, log):

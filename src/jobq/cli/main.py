@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from jobq.cli.loops import loop_factory
 from jobq.core.errors import ConfigError, MalformedJob, QueueFull, TransportError
 
 # The rest of jobq (config, logging, the commands and everything they import) is imported when
@@ -57,9 +58,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
 OVERRIDES = {  # argparse dest -> config key
     "transport": "transport", "queue": "queue", "log_format": "log.format",
     "log_level": "log.level", "concurrency": "consumer.concurrency",
-    "processor": "consumer.processor", "once": "consumer.once", "claim": "postgres.claim",
-    "job_timeout": "consumer.job_timeout", "shutdown_timeout": "consumer.shutdown_timeout",
-    "metrics_port": "metrics.port", "max_attempts": "retry.max_attempts",
+    "processor": "consumer.processor", "app": "consumer.app", "once": "consumer.once",
+    "claim": "postgres.claim", "job_timeout": "consumer.job_timeout",
+    "shutdown_timeout": "consumer.shutdown_timeout", "metrics_port": "metrics.port",
+    "max_attempts": "retry.max_attempts",
 }
 
 
@@ -102,23 +104,13 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
         return EXIT_FORCED
 
 
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The event loop a command runs on: uvloop if asked for (and installed), else asyncio's."""
-    if name == "uvloop":
-        try:
-            import uvloop
-        except ImportError:  # e.g. a platform without uvloop wheels: the stock loop works too
-            return None
-        return uvloop.new_event_loop
-    return None
-
-
 def consumer_parser() -> argparse.ArgumentParser:
     """The ``consumer`` argument parser (also used to validate the compose commands)."""
     p = argparse.ArgumentParser(prog="consumer", description="Run a jobq worker pool.")
     _common(p)
     p.add_argument("--concurrency", "-n", type=int)
     p.add_argument("--processor", "-p", help="built-in name or module:function")
+    p.add_argument("--app", "-A", help="module:app, a jobq.App whose tasks run by kind")
     p.add_argument("--processor-arg", "-a", type=_key_value, action="append", metavar="KEY=VALUE",
                    help="argument for the processor factory (repeatable)")
     p.add_argument("--once", action="store_true", help="process what is eligible now, then exit")

@@ -39,6 +39,9 @@ class ConsumerConfig:
     # kind -> "module:function" (or {processor: ..., args: {...}}); unknown kinds go to
     # ``processor``, or are dead-lettered naming the kind when it is "".
     processors: dict[str, Any] = field(default_factory=dict)
+    # "module:attribute" of a jobq.App (consumer -A): each job runs as the task of its kind.
+    # Instead of processor and processors, not beside them.
+    app: str = ""
 
     @property
     def buffer_size(self) -> int:

@@ -108,6 +108,10 @@ class UnknownKind(PermanentError):
     """No processor is configured for the job's kind (and there is no default processor)."""
 
 
+class InvalidArguments(PermanentError):
+    """A task's arguments do not validate against its argument type: dead at once, never retried."""
+
+
 class JobTimeout(Exception):
     """A handler ran past the per-job timeout (retryable)."""
 

@@ -7,6 +7,8 @@ import contextvars
 import importlib
 import inspect
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -41,18 +43,27 @@ def load_processor(spec: str, args: Mapping[str, Any] | None = None) -> Processo
             return factory(**args)
         except TypeError as exc:
             raise ConfigError(f"bad arguments for {spec}: {exc}", key="consumer.processor_args") from exc
-    module_name, _, attr = spec.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load {spec!r}: {exc}", key="consumer.processor") from exc
+    target = load_object(spec, key="consumer.processor")
     if args:
         target = target(**args)
     if not callable(target):
         raise ConfigError(f"{spec!r} is not callable", key="consumer.processor")
     return target  # type: ignore[no-any-return]
+
+
+def load_object(spec: str, *, key: str) -> Any:
+    """The object at ``module:attribute``, the current directory importable as uvicorn and
+    Celery make it (a console script's own directory is on sys.path, not the current one)."""
+    module_name, _, attr = spec.partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load {spec!r}: {exc}", key=key) from exc
+    return target
 
 
 def as_async(processor: Processor, threads: HandlerThreads | None = None) -> Handler:

@@ -7,13 +7,20 @@ the pool dead-letters it with a reason naming the kind, and the consumer goes on
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from jobq.config import ConsumerConfig
 from jobq.core.errors import ConfigError, UnknownKind
 from jobq.core.job import Job
-from jobq.worker.processor import Handler, as_async, load_processor
+from jobq.worker.processor import Handler, as_async, load_object, load_processor
 from jobq.worker.threads import HandlerThreads
+
+
+class TaskSource(Protocol):
+    """What ``consumer.app`` names: a ``jobq.App``, which routes each job to its task."""
+
+    def consumer_handler(self, threads: HandlerThreads) -> Handler:
+        """The pool's handler."""
 
 
 class KindRouter:
@@ -43,10 +50,30 @@ def _load(kind: str, entry: Any, threads: HandlerThreads) -> Handler:
 
 def require_processor(consumer: ConsumerConfig) -> None:
     """Refuse a consumer with nothing to run: it would settle jobs nobody ran."""
-    if not consumer.processor and not consumer.processors:
+    if consumer.app and (consumer.processor or consumer.processors):
+        raise ConfigError("an app's tasks run instead of processors: set consumer.app (-A) or "
+                          "consumer.processor / consumer.processors, not both", key="consumer.app")
+    if not consumer.processor and not consumer.processors and not consumer.app:
         raise ConfigError("no processor configured: name one with --processor (a built-in such "
-                          "as noop, or module:function) or set consumer.processors",
-                          key="consumer.processor")
+                          "as noop, or module:function), an app's tasks with --app "
+                          "(module:app), or set consumer.processors", key="consumer.processor")
+
+
+def describe_handler(consumer: ConsumerConfig) -> str:
+    """What the consumer runs, for its start line: ``app myapp.tasks:app`` or ``processor ...``."""
+    if consumer.app:
+        return f"app {consumer.app}"
+    routed = f", {len(consumer.processors)} kinds routed" if consumer.processors else ""
+    return f"processor {consumer.processor or '(none)'}{routed}"
+
+
+def load_app(spec: str, threads: HandlerThreads) -> Handler:
+    """The handler of the ``jobq.App`` at ``spec`` (``module:attribute``)."""
+    app = load_object(spec, key="consumer.app")
+    if not callable(getattr(app, "consumer_handler", None)):
+        raise ConfigError(f"{spec!r} is not a jobq.App (it has no tasks to run)", key="consumer.app")
+    source: TaskSource = app
+    return source.consumer_handler(threads)
 
 
 def build_handler(consumer: ConsumerConfig, threads: HandlerThreads | None = None) -> Handler:
@@ -56,6 +83,8 @@ def build_handler(consumer: ConsumerConfig, threads: HandlerThreads | None = Non
     """
     require_processor(consumer)
     threads = threads or HandlerThreads(consumer.concurrency)
+    if consumer.app:
+        return load_app(consumer.app, threads)
     default = (as_async(load_processor(consumer.processor, consumer.processor_args), threads)
                if consumer.processor else None)
     if not consumer.processors:

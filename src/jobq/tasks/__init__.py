@@ -1,0 +1,17 @@
+"""Tasks declared in code: ``jobq.App``, ``@app.task`` and typed arguments.
+
+- ``app``: ``App``, the tasks of an application, the publisher they enqueue with, and the
+  handler a consumer runs them through (``consumer -A module:app``).
+- ``task``: ``Task[A]``, one task: its kind, options and ``enqueue(args)``, checked by mypy
+  against the handler's argument type; ``Context``, what a running task is handed beside its
+  arguments.
+- ``arguments``: an argument type's codec: a dataclass (msgspec) or a pydantic model, checked
+  at enqueue (an error at the call, nothing written) and at run (dead at once if invalid).
+"""
+
+from __future__ import annotations
+
+from jobq.tasks.app import App
+from jobq.tasks.task import Context, Task
+
+__all__ = ["App", "Context", "Task"]

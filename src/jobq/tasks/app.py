@@ -1,0 +1,153 @@
+"""``App``: an application's tasks, the publisher they enqueue with, the handler that runs them."""
+
+from __future__ import annotations
+
+import contextlib
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from jobq.api import connect_publisher
+from jobq.config import Settings
+from jobq.core.errors import ConfigError, UnknownKind
+from jobq.core.job import Job
+from jobq.core.port import NewJob, Publisher
+from jobq.tasks.arguments import Arguments
+from jobq.tasks.task import Context, Task, TaskFunction, TaskOptions
+from jobq.worker.processor import Handler, as_async
+from jobq.worker.threads import HandlerThreads
+
+A = TypeVar("A")
+
+
+class App:
+    """The tasks of an application.
+
+    ``config`` (a YAML path or Settings; None: the defaults and ``JOBQ_...`` variables) is what
+    ``enqueue`` connects with, inside ``async with app:``. A consumer runs the tasks with
+    ``consumer -A module:app``, under its own configuration. ``publisher``: one to enqueue
+    with instead (opened and closed with the app).
+    """
+
+    def __init__(self, config: str | Settings | None = None, *,
+                 publisher: Publisher | None = None, **overrides: Any) -> None:
+        self._config = config
+        self._overrides = overrides
+        self._tasks: dict[str, Task[Any]] = {}
+        self._given = publisher  # enqueue with this one instead of connecting one
+        self._publisher: Publisher | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    @property
+    def tasks(self) -> dict[str, Task[Any]]:
+        """The tasks by kind."""
+        return dict(self._tasks)
+
+    @overload
+    def task(self, function: TaskFunction[A], /) -> Task[A]: ...
+
+    @overload
+    def task(self, function: None = None, /, *, name: str | None = None, retries: int | None = None,
+             timeout: float | None = None, queue: str | None = None,
+             priority: int = 0) -> Callable[[TaskFunction[A]], Task[A]]: ...
+
+    def task(self, function: TaskFunction[Any] | None = None, /, *, name: str | None = None,
+             retries: int | None = None, timeout: float | None = None, queue: str | None = None,
+             priority: int = 0) -> Task[Any] | Callable[[TaskFunction[Any]], Task[Any]]:
+        """Declare a task: ``@app.task`` or ``@app.task(retries=5, timeout=30, queue="mail")``.
+
+        The kind is ``name``, else the function's name; the arguments' type is the annotation
+        of its first parameter (a dataclass or a pydantic model). Two tasks of one kind are a
+        ConfigError when the second is declared, so at start-up.
+        """
+        options = TaskOptions(retries=retries, timeout=timeout, queue=queue, priority=priority)
+
+        def declare(function: TaskFunction[Any]) -> Task[Any]:
+            kind = name or function.__name__
+            if kind in self._tasks:
+                raise ConfigError(f"two tasks claim the kind {kind!r}: "
+                                  f"{_where(self._tasks[kind].function)} and {_where(function)}")
+            made = Task(self, function, kind, Arguments(kind, _argument_type(kind, function)),
+                        options)
+            self._tasks[kind] = made
+            return made
+
+        return declare if function is None else declare(function)
+
+    async def __aenter__(self) -> App:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect the publisher ``enqueue`` uses (with the config's retries and backoff)."""
+        if self._publisher is not None:
+            return
+        if self._given is not None:
+            await self._given.open()
+            self._stack.push_async_callback(self._given.close)
+            self._publisher = self._given
+        else:
+            self._publisher = await self._stack.enter_async_context(
+                connect_publisher(self._config, **self._overrides))
+
+    async def close(self) -> None:
+        """Flush and disconnect the publisher."""
+        self._publisher = None
+        await self._stack.aclose()
+
+    async def send(self, job: NewJob, *, queue: str | None = None,
+                   connection: object | None = None) -> str:
+        """Enqueue ``job`` with the app's publisher (``Task.enqueue`` calls this)."""
+        if self._publisher is None:
+            raise ConfigError("the app is not open: enqueue inside `async with app:` (or after "
+                              "`await app.open()`)")
+        return await self._publisher.enqueue(job, queue=queue, connection=connection)
+
+    def consumer_handler(self, threads: HandlerThreads) -> Handler:
+        """The pool's handler for this app: each job to the task of its kind."""
+        calls = {kind: _caller(task, threads) for kind, task in self._tasks.items()}
+        known = ", ".join(sorted(calls)[:20])
+
+        async def handle(job: Job) -> None:
+            run = calls.get(job.kind)
+            if run is None:
+                raise UnknownKind(f"no task for kind {job.kind[:100]!r} (known: {known})")
+            await run(job)
+
+        return handle
+
+
+def _caller(task: Task[Any], threads: HandlerThreads) -> Handler:
+    """``job -> None`` for one task: its function awaited, or run in ``threads`` if plain."""
+    function = task.function
+    if task.is_async:
+        async def call(args: Any, ctx: Context) -> None:
+            await function(args, ctx)  # type: ignore[misc]
+    else:
+        async def call(args: Any, ctx: Context) -> None:
+            await as_async(lambda _job: function(args, ctx), threads)(ctx.job)
+
+    async def run(job: Job) -> None:
+        await task.run(job, call)
+
+    return run
+
+
+def _argument_type(kind: str, function: Callable[..., object]) -> type[Any]:
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError) as exc:
+        raise ConfigError(f"task {kind!r}: cannot read its annotations: {exc}") from exc
+    first = next(iter(hints.items()), None)
+    if first is None or first[0] == "return":
+        raise ConfigError(f"task {kind!r}: annotate its first parameter with the arguments' "
+                          "type (a dataclass or a pydantic model)")
+    return typing.cast(type[Any], first[1])
+
+
+def _where(function: Callable[..., object]) -> str:
+    return f"{function.__module__}.{function.__qualname__}"
+

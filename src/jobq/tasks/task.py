@@ -1,0 +1,100 @@
+"""One task: a kind, its options, its typed arguments, and ``enqueue`` checked by mypy."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from jobq.core.errors import JobTimeout
+from jobq.core.job import Job
+from jobq.core.port import NewJob
+from jobq.tasks.arguments import Arguments
+
+if TYPE_CHECKING:
+    from jobq.tasks.app import App
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a running task gets beside its arguments: the job (id, attempt, headers) and its app."""
+
+    job: Job
+    app: App
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1."""
+        return self.job.attempt
+
+
+# What ``@app.task`` takes: ``async def f(args: A, ctx: Context) -> None`` or a plain ``def``
+# (run in one of the consumer's handler threads).
+TaskFunction = Callable[[A, Context], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskOptions:
+    """A task's own settings; None leaves the config's (``retry.max_attempts``, the queue, ...)."""
+
+    retries: int | None = None  # retries after the first attempt: max_attempts = retries + 1
+    timeout: float | None = None  # seconds an attempt may run; then it fails as JobTimeout
+    queue: str | None = None
+    priority: int = 0
+
+
+class Task(Generic[A]):
+    """A task of an ``App``; ``await task.enqueue(args)`` puts a job of its kind in its queue."""
+
+    def __init__(self, app: App, function: TaskFunction[A], kind: str, arguments: Arguments[A],
+                 options: TaskOptions) -> None:
+        self.app = app
+        self.function = function
+        self.kind = kind
+        self.arguments = arguments
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(function)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.kind} ({self.arguments.type.__name__})>"
+
+    def new_job(self, args: A, *, delay: float = 0.0, run_at: datetime | None = None,
+                priority: int | None = None, key: str | None = None) -> NewJob:
+        """The job ``enqueue`` sends (InvalidArguments if ``args`` would not validate at run)."""
+        retries = self.options.retries
+        return NewJob(kind=self.kind, payload=self.arguments.encode(args), delay=delay,
+                      run_at=run_at, key=key,
+                      priority=self.options.priority if priority is None else priority,
+                      max_attempts=None if retries is None else retries + 1)
+
+    async def enqueue(self, args: A, *, delay: float = 0.0, run_at: datetime | None = None,
+                      priority: int | None = None, key: str | None = None,
+                      queue: str | None = None, connection: object | None = None) -> str:
+        """Enqueue a job of this task; returns its id (InvalidArguments, nothing written, if
+        ``args`` would not validate at run). ``queue``, ``priority``: this job's, over the
+        task's and the config's. ``connection``: your own open PostgreSQL transaction, which
+        the job then commits (or rolls back) with."""
+        job = self.new_job(args, delay=delay, run_at=run_at, priority=priority, key=key)
+        return await self.app.send(job, queue=queue or self.options.queue, connection=connection)
+
+    async def run(self, job: Job, call: Callable[[Any, Context], Awaitable[None]]) -> None:
+        """Run ``job`` as this task: its arguments decoded (InvalidArguments: dead at once),
+        within the task's timeout; ``call`` runs the function (a thread for a plain ``def``)."""
+        args = self.arguments.decode(job.payload)
+        if self.options.timeout is None:
+            await call(args, Context(job, self.app))
+            return
+        deadline = asyncio.timeout(self.options.timeout)
+        try:
+            async with deadline:
+                await call(args, Context(job, self.app))
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the task's own TimeoutError (a call of its that timed out)
+            raise JobTimeout(f"task {self.kind!r} ran past its timeout of "
+                             f"{self.options.timeout:g}s") from None

@@ -1,0 +1,85 @@
+"""Tasks on the real backends: enqueued typed by the app, run by ``consumer -A module:app``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import tasks_app
+from tests.conftest import ROOT, cli_env, command, consuming, wait_until
+from tests.contract.backends import Backend, backend_under_test
+
+
+@pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq-quorum"])
+def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
+    with backend_under_test(request, queue_name, request.param,
+                            {"JOBQ_RETRY__BASE_DELAY": "0"}) as backend:
+        yield backend
+
+
+def records(directory: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for path in sorted(directory.glob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retries(
+        backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in backend.env.items():
+        if name.startswith("JOBQ_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("JOBQ_CONFIG", str(ROOT / "configs" / f"{backend.transport}.yaml"))
+
+    async def enqueue() -> None:
+        async with tasks_app.app:
+            for order_id in (1, 2, -1):
+                await tasks_app.send_receipt.enqueue(tasks_app.Receipt(order_id, "a@example.com"),
+                                                     queue=backend.queue)
+            await tasks_app.archive_receipt.enqueue(tasks_app.Receipt(3, "b@example.com"),
+                                                    queue=backend.queue)
+
+    asyncio.run(enqueue())
+    backend.env["JOBQ_TEST_RECORD"] = str(tmp_path)
+    consumer = backend.start("consumer", "-A", "tests.tasks_app:app")
+    try:
+        stderr = consuming(consumer)
+        assert "(concurrency 32, app tests.tasks_app:app)" in stderr.text()
+        stderr.wait_for(r"job \S+ attempt 3/3 dead", 30)
+        assert wait_until(lambda: len(records(tmp_path)) == 3, 30), records(tmp_path)
+    finally:
+        consumer.send_signal(signal.SIGTERM)
+        assert consumer.wait(timeout=30) == 0, stderr.text()
+    done = sorted((r["kind"], r["order_id"], r["event"]) for r in records(tmp_path))
+    assert done == [("receipt.archive", 3, "archived"), ("send_receipt", 1, "sent"),
+                    ("send_receipt", 2, "sent")]
+    [dead] = backend.dead()
+    assert (dead["kind"], dead["attempts"]) == ("send_receipt", 3)
+    assert dead["last_error"] == "RuntimeError: no order -1 (gave up after 3 of 3 attempts)"
+
+
+def test_consumer_imports_an_app_or_a_processor_from_the_current_directory(
+        tmp_path: Path, schema: str) -> None:
+    (tmp_path / "shop_tasks.py").write_text(
+        "import jobq\n\napp = jobq.App()\n\n\ndef handle(job):\n    pass\n")
+    env = cli_env(JOBQ_POSTGRES__SCHEMA=schema)
+    env.pop("PYTHONPATH")
+    for flag, spec in (("-A", "shop_tasks:app"), ("-p", "shop_tasks:handle")):
+        result = run_cli_in(tmp_path, flag, spec, env)
+        assert result.returncode == 0, result.stderr
+    result = run_cli_in(tmp_path, "-A", "shop_tasks:handle", env)
+    assert result.returncode == 2
+    assert "consumer.app: 'shop_tasks:handle' is not a jobq.App" in result.stderr
+
+
+def run_cli_in(directory: Path, flag: str, spec: str,
+               env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+
+    return subprocess.run([command("consumer"), "--config", str(ROOT / "configs" / "postgres.yaml"),
+                           "--queue", "q", "--once", flag, spec], cwd=directory, env=env,
+                          capture_output=True, text=True, timeout=60)
+
