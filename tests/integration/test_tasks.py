@@ -49,7 +49,7 @@ def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retri
     try:
         stderr = consuming(consumer)
         assert "(concurrency 32, app tests.tasks_app:app)" in stderr.text()
-        stderr.wait_for(r"job \S+ attempt 3/3 dead", 30)
+        stderr.wait_for(r"job \S+ \(send_receipt\) attempt 3/3 dead after", 30)
         assert wait_until(lambda: len(records(tmp_path)) == 3, 30), records(tmp_path)
     finally:
         consumer.send_signal(signal.SIGTERM)

@@ -11,7 +11,16 @@ import asyncio
 import logging
 import time
 
-from jobq.core.errors import JobCancelled, MalformedJob, SettleRejected, TransportError, describe
+from jobq.core.errors import (
+    InvalidArguments,
+    JobCancelled,
+    JobTimeout,
+    MalformedJob,
+    SettleRejected,
+    TransportError,
+    UnknownKind,
+    describe,
+)
 from jobq.core.job import (
     ACK,
     Cancelled,
@@ -31,6 +40,9 @@ from jobq.worker.capacity import Capacity
 from jobq.worker.handback import release_all
 from jobq.worker.retry import RetryPolicy
 from jobq.worker.stats import PoolObserver, PoolStats
+
+# Errors whose reason says it all: a traceback would show jobq's insides, not the handler's.
+_NO_TRACE = (MalformedJob, InvalidArguments, UnknownKind, JobCancelled, JobTimeout)
 
 
 def decide_fact(fact: Fact) -> Dead | Cancelled:
@@ -120,10 +132,16 @@ class Settler:
         if self._observer is not None:
             self._observer.settled(outcome, duration, error, job)
         if outcome is not Outcome.ACK:
-            self._log.warning("job %s attempt %d/%d %s in %.3fs: %s", job.id, job.attempt,
-                              job.max_attempts, outcome.value, duration, decision.reason,
-                              extra={"job_id": job.id, "attempt": job.attempt,
-                                     "outcome": outcome.value, "duration": duration})
+            # The delay until the next attempt for a retry; the traceback of what the handler
+            # raised, once (a fact, a malformed job or bad arguments have none worth showing).
+            when = f" in {decision.delay:.3g}s" if isinstance(decision, RetryIn) else ""
+            trace = error if error is not None and not isinstance(error, _NO_TRACE) else None
+            self._log.log(logging.ERROR if outcome is Outcome.DEAD else logging.WARNING,
+                          "job %s (%s) attempt %d/%d %s%s after %.3fs: %s", job.id, job.kind[:100],
+                          job.attempt, job.max_attempts, outcome.value, when, duration,
+                          decision.reason, exc_info=trace,
+                          extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempt,
+                                 "outcome": outcome.value, "duration": duration})
         elif self._debug:
             self._log.debug("job %s attempt %d ok in %.3fs", job.id, job.attempt, duration,
                             extra={"job_id": job.id, "attempt": job.attempt, "outcome": "ok",
