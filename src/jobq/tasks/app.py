@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from jobq.api import connect_publisher
@@ -97,6 +97,16 @@ class App:
         """Flush and disconnect the publisher."""
         self._publisher = None
         await self._stack.aclose()
+
+    @contextlib.contextmanager
+    def using(self, publisher: Publisher) -> Iterator[None]:
+        """Enqueue with ``publisher`` (already open) inside the block; as before after it.
+        What ``jobq.testing.worker`` uses to keep a test's jobs in memory."""
+        before, self._publisher = self._publisher, publisher
+        try:
+            yield
+        finally:
+            self._publisher = before
 
     async def send(self, job: NewJob, *, queue: str | None = None,
                    connection: object | None = None) -> str:
