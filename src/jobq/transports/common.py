@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol, assert_never
 
 from jobq.config import mask_passwords
@@ -29,9 +29,10 @@ class Settles(Protocol):
     async def _release(self, delivery: Delivery) -> None: ...
 
 
-def carry_out(transport: Settles, delivery: Delivery, decision: Decision) -> Awaitable[None]:
+def carry_out(transport: Settles, delivery: Delivery,
+              decision: Decision) -> Coroutine[Any, Any, None]:
     """The transport's settle of ``delivery`` as ``decision`` says (``Transport.settle``
-    awaits it: a plain call, no coroutine of its own on the hot path)."""
+    returns or awaits it: a plain call, no coroutine of its own on the hot path)."""
     match decision:
         case Ack():
             return transport._ack(delivery)

@@ -35,6 +35,9 @@ class Lifecycle:
         self._paused = False  # what the pause watch last said
         self.stopping = asyncio.Event()
         self.forcing = asyncio.Event()
+        # A worker may start the job it took: not paused, not stopping. Kept as a plain value,
+        # moved with the state, since every worker reads it once per job.
+        self.may_start = True
 
     @property
     def state(self) -> State:
@@ -82,6 +85,7 @@ class Lifecycle:
         elif self._phase in (State.STARTING, State.RUNNING):
             self._phase = State.DRAINING
         self.stopping.set()
+        self.may_start = False
         return again
 
     def drain(self) -> None:
@@ -89,12 +93,15 @@ class Lifecycle:
         if self._phase in (State.STARTING, State.RUNNING):
             self._phase = State.DRAINING
         self.stopping.set()
+        self.may_start = False
 
     def close(self) -> None:
         """run() is ending and cancels its workers (a forced stop stays forced)."""
         if self._phase is not State.FORCED:
             self._phase = State.STOPPED
+        self.may_start = False
 
     def pause_changed(self, paused: bool) -> None:
         """The pause watch's word changed."""
         self._paused = paused
+        self.may_start = not paused and not self.stopping.is_set()

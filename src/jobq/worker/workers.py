@@ -95,9 +95,11 @@ class Workers:
         assert task is not None
         while True:
             delivery = await queue.get()
-            if delivery is None or life.forced:
+            if delivery is None:
                 return
-            if life.holds_back:
+            if not life.may_start:  # one attribute read per job; the rest only when it is False
+                if life.forced:
+                    return
                 # Not started: handed back with the rest (the fetcher's hold, or at a stop: a
                 # worker freed between the stop and the hand-back starts nothing new), or run
                 # at resume.

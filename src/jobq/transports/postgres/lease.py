@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from jobq.config import ConnectConfig, LimitsConfig, PostgresConfig
 from jobq.core.errors import TransportError
@@ -148,9 +150,10 @@ class PostgresTransport:
             with contextlib.suppress(TimeoutError):
                 await within(wake.wait(), wait)
 
-    async def settle(self, delivery: Delivery, decision: Decision) -> None:
-        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        await carry_out(self._settler, delivery, decision)
+    def settle(self, delivery: Delivery, decision: Decision) -> Coroutine[Any, Any, None]:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``; the settle's
+        own coroutine, not one wrapped around it: an ack is on every job's path)."""
+        return carry_out(self._settler, delivery, decision)
 
     async def quiesce(self) -> None:
         """Nothing to do: a claim takes jobs only when the pool asks (what it holds is the pool's)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from jobq.core.errors import TransportError, describe
@@ -40,9 +41,10 @@ class LeaseSettler:
         self._releasing: list[Lease] = []  # releases waiting for the statement that writes them
         self._released: asyncio.Future[None] | None = None  # the batch's statement, written
 
-    async def _ack(self, delivery: Delivery) -> None:
-        """Queue the ack for the next batched flush (at most ``ack_interval`` later)."""
-        await self._acks.add(delivery.handle)
+    def _ack(self, delivery: Delivery) -> Coroutine[Any, Any, None]:
+        """Queue the ack for the next batched flush (at most ``ack_interval`` later): the
+        batch's own coroutine, not one wrapped around it."""
+        return self._acks.add(delivery.handle)
 
     async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
         """Back to pending with ``run_at`` moved ``delay`` seconds ahead."""
