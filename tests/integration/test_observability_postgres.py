@@ -91,9 +91,11 @@ def test_counters_depth_and_logs_follow_the_jobs(pg_dsn: str, schema: str, queue
         code = running.stop()
     assert code == 0, "".join(running.lines)
     logs = [json.loads(line) for line in running.lines if line.startswith("{")]
-    failures = [line for line in logs if line["level"] == "warning" and "job_id" in line]
-    # 5 flaky first attempts, and the held job interrupted at the shutdown deadline.
-    assert sorted(line["outcome"] for line in failures) == ["dead"] * 3 + ["retried"] * 6
+    failures = [(line["level"], line["outcome"]) for line in logs
+                if line["level"] in ("warning", "error") and "job_id" in line]
+    # 5 flaky first attempts, and the held job interrupted at the shutdown deadline: warnings;
+    # the 3 dead: errors.
+    assert sorted(failures) == [("error", "dead")] * 3 + [("warning", "retried")] * 6
     assert all(line["queue"] == queue_name and line["transport"] == "postgres" for line in logs)
     summary = [line for line in logs if line.get("event") == "summary"]
     assert summary and all(line["level"] == "info" and "rate" in line for line in summary)
