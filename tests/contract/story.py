@@ -18,13 +18,14 @@ from jobq import Job, PermanentError, Retry
 RETRY_DELAY = 1.0
 
 
-def story(directory: str, slow_ms: float = 0.0) -> Any:
+def story(directory: str, slow_ms: float = 0.0, gate: str = "") -> Any:
     """``ok`` succeeds; ``retry`` asks for RETRY_DELAY once; ``flaky`` always fails (retryable);
     ``fail`` fails permanently; ``slow`` sleeps ``slow_ms`` then succeeds; ``crash`` kills the
     process (exit 137, no clean-up)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     out = (path / f"{os.getpid()}.events").open("a", buffering=1, encoding="utf-8")
+    opened = Path(gate) if gate else None
 
     def log(job: Job, event: str) -> None:
         out.write(json.dumps({"id": job.id, "kind": job.kind, "attempt": job.attempt,
@@ -45,6 +46,9 @@ def story(directory: str, slow_ms: float = 0.0) -> Any:
             os._exit(137)
         if job.kind == "slow":
             await asyncio.sleep(slow_ms / 1000)
+            # A file the test makes: no asyncio.Event can see it, so it is looked for.
+            while opened is not None and not opened.exists():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
         log(job, "ok")
 
     return handle

@@ -59,9 +59,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     return predicate()
 
 
-def stop(process: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
-    """SIGTERM, wait, return the exit code and stderr."""
-    process.send_signal(signal.SIGTERM)
+def stop(process: subprocess.Popen[str], timeout: float = 20,
+         signalled: bool = False) -> tuple[int, str]:
+    """SIGTERM (unless ``signalled`` already), wait, return the exit code and stderr."""
+    if not signalled:
+        process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=timeout)
     return process.returncode, err
 
@@ -149,14 +151,17 @@ def test_exhausted_attempts_are_dead_lettered(backend: Backend, tmp_path: Path) 
 def test_graceful_shutdown_releases_unstarted_jobs(backend: Backend, tmp_path: Path) -> None:
     backend.set(CONSUMER__BUFFER="2")
     backend.produce(8, "--kind", "slow")
+    gate = tmp_path / "gate"  # the running jobs end once it exists: after the SIGTERM
     consumer = backend.start("consumer", "--concurrency", "2",
-                             *consumer_args(tmp_path, "-a", "slow_ms=1500"))
+                             *consumer_args(tmp_path, "-a", f"gate={gate}"))
     try:
         assert wait_for(lambda: len(by_event(events(tmp_path), "start")) == 2, 20)
         if backend.buffers:  # the buffer fills behind the two running jobs: 4 taken, 4 wait
             assert wait_for(lambda: backend.waiting() == 4, 20), backend.depth()
     finally:
-        code, err = stop(consumer)
+        consumer.send_signal(signal.SIGTERM)
+        gate.touch()  # the consumer's loop takes the signal before its handlers' next look
+        code, err = stop(consumer, signalled=True)
     assert code == 0, err
     if backend.buffers:
         assert "released=2" in err
