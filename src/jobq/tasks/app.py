@@ -9,12 +9,13 @@ from typing import Any, TypeVar, overload
 
 from jobq.api import connect_publisher
 from jobq.config import Settings
-from jobq.core.errors import ConfigError, UnknownKind
+from jobq.core.errors import ConfigError
 from jobq.core.job import Job
 from jobq.core.port import NewJob, Publisher
 from jobq.tasks.arguments import Arguments
 from jobq.tasks.task import Context, Task, TaskFunction, TaskOptions
 from jobq.worker.processor import Handler, as_async
+from jobq.worker.routing import KindRouter
 from jobq.worker.threads import HandlerThreads
 
 A = TypeVar("A")
@@ -118,16 +119,8 @@ class App:
 
     def consumer_handler(self, threads: HandlerThreads) -> Handler:
         """The pool's handler for this app: each job to the task of its kind."""
-        calls = {kind: _caller(task, threads) for kind, task in self._tasks.items()}
-        known = ", ".join(sorted(calls)[:20])
-
-        async def handle(job: Job) -> None:
-            run = calls.get(job.kind)
-            if run is None:
-                raise UnknownKind(f"no task for kind {job.kind[:100]!r} (known: {known})")
-            await run(job)
-
-        return handle
+        return KindRouter({kind: _caller(task, threads) for kind, task in self._tasks.items()},
+                          None, unknown="no task for kind {kind} (known: {known})")
 
 
 def _caller(task: Task[Any], threads: HandlerThreads) -> Handler:

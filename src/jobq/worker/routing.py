@@ -26,17 +26,19 @@ class TaskSource(Protocol):
 class KindRouter:
     """Runs the handler registered for ``job.kind``, else the default, else UnknownKind."""
 
-    def __init__(self, routes: Mapping[str, Handler], default: Handler | None) -> None:
+    def __init__(self, routes: Mapping[str, Handler], default: Handler | None, *,
+                 unknown: str = "no processor for kind {kind} (known kinds: {known}; "
+                                "no default processor)") -> None:
         self._routes = dict(routes)
         self._default = default
+        self._unknown = unknown  # the UnknownKind reason: {kind} and {known} filled in
         self._known = ", ".join(sorted(routes)[:20])
 
     async def __call__(self, job: Job) -> None:
         """Dispatch ``job`` by its kind."""
         handler = self._routes.get(job.kind, self._default)
         if handler is None:
-            raise UnknownKind(f"no processor for kind {job.kind[:100]!r} (known kinds: {self._known}; "
-                              "no default processor)")
+            raise UnknownKind(self._unknown.format(kind=repr(job.kind[:100]), known=self._known))
         await handler(job)
 
 
