@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import schema_env
+from tests.conftest import Stderr, schema_env
 from tests.contract.backends import Backend, rabbit_backend
 from tests.contract.story import RETRY_DELAY, events
 
@@ -154,14 +154,19 @@ def test_graceful_shutdown_releases_unstarted_jobs(backend: Backend, tmp_path: P
     gate = tmp_path / "gate"  # the running jobs end once it exists: after the SIGTERM
     consumer = backend.start("consumer", "--concurrency", "2",
                              *consumer_args(tmp_path, "-a", f"gate={gate}"))
+    lines = Stderr(consumer)
     try:
         assert wait_for(lambda: len(by_event(events(tmp_path), "start")) == 2, 20)
         if backend.buffers:  # the buffer fills behind the two running jobs: 4 taken, 4 wait
             assert wait_for(lambda: backend.waiting() == 4, 20), backend.depth()
     finally:
         consumer.send_signal(signal.SIGTERM)
-        gate.touch()  # the consumer's loop takes the signal before its handlers' next look
-        code, err = stop(consumer, signalled=True)
+        try:
+            lines.wait_for("stop signal: ", 20)  # written once no worker may start a job
+        finally:
+            gate.touch()
+            code = consumer.wait(20)
+    err = lines.text()
     assert code == 0, err
     if backend.buffers:
         assert "released=2" in err

@@ -81,6 +81,9 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
         if backstop is not None:
             backstop.arm(shutdown_bound(settings))
         if pools:
+            if len(stopping) == 1:
+                log.info("stop signal: running jobs may finish within %gs; jobs taken but not "
+                         "started are handed back", settings.consumer.shutdown_timeout)
             pools[0].stop()
             return
         # Still starting (connecting, perhaps retrying an unreachable server): nothing was
