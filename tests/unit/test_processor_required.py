@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobq.cli.commands import consume
+from jobq.cli.consume import consume
 from jobq.config import load_settings
 from jobq.core.errors import ConfigError
 from tests.conftest import ROOT

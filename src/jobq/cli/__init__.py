@@ -1,5 +1,8 @@
 """The command-line programs: ``consumer``, ``producer`` and ``jobq`` (admin).
 
 - ``main``: the argument parsers and the entry points; imports nothing heavy before it must.
-- ``commands``: what each command does once its settings are loaded; every one returns an exit code.
+- ``consume``: the ``consumer`` command: the worker pool until a stop signal (or drained).
+- ``commands``: what every other command does once its settings are loaded; each returns an
+  exit code.
+- ``loops``: the event loop the commands run on (uvloop if asked for and installed).
 """

@@ -384,12 +384,11 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
     # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
     signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser().parse_args(argv)
-    from jobq.cli import commands
+    from jobq.cli.consume import consume
     from jobq.wiring.backstop import Backstop
 
     with Backstop(logging.getLogger("jobq")) as backstop:
-        return _run(lambda s: commands.consume(s, stats_json=args.stats_json,
-                                               backstop=backstop), args)
+        return _run(lambda s: consume(s, stats_json=args.stats_json, backstop=backstop), args)
 
 
 def producer_main(argv: Sequence[str] | None = None) -> int:
