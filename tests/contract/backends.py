@@ -2,14 +2,17 @@
 
 ``Backend`` runs ``jobq``/``producer``/``consumer`` with the backend's config file, and reads
 outcomes through ``jobq dead list --json`` and ``jobq stats --json``, which answer in the same
-shape on both. Only ``inject_malformed`` speaks to the server directly, since no jobq path
-writes a bad message.
+shape on both. ``produce`` and those looks run the CLI's own parser and command in the test's
+process: a process start costs more CPU than the command (tests poll the looks), and the
+CLIs themselves are tested on their own. Only ``inject_malformed`` speaks to
+the server directly, since no jobq path writes a bad message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +22,8 @@ from typing import Any
 import aio_pika
 from psycopg import sql
 
+from jobq.cli import commands
+from jobq.cli.main import admin_parser, producer_parser, settings_of
 from tests.conftest import (
     AMQP_URL,
     PG_DSN,
@@ -72,22 +77,28 @@ class Backend:
         return start_cli(name, *self.argv(name, args), env=self.env)
 
     def produce(self, count: int, *extra: str) -> None:
-        """Enqueue ``count`` generated jobs with the real producer."""
-        result = self.run("producer", "--count", str(count), *extra)
-        assert result.returncode == 0, result.stderr
+        """Enqueue ``count`` generated jobs with the ``producer`` command (in this process)."""
+        parsed = producer_parser().parse_args(self.argv("producer", ("--count", str(count),
+                                                                     *extra)))
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert asyncio.run(commands.produce(settings_of(parsed, self.env), parsed)) == 0
+
+    def look(self, *args: str) -> Any:
+        """What ``jobq <args> --json`` prints, parsed: its parser and command in this process."""
+        parsed = admin_parser().parse_args(self.argv("jobq", (*args, "--json")))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert asyncio.run(commands.admin(settings_of(parsed, self.env), parsed)) == 0
+        return json.loads(out.getvalue())
 
     def dead(self) -> list[dict[str, Any]]:
         """The queue's dead jobs, as ``jobq dead list --json`` shows them."""
-        result = self.run("jobq", "dead", "list", "--json", "--limit", "1000")
-        assert result.returncode == 0, result.stderr
-        rows: list[dict[str, Any]] = json.loads(result.stdout)
+        rows: list[dict[str, Any]] = self.look("dead", "list", "--limit", "1000")
         return rows
 
     def depth(self) -> dict[str, Any]:
         """``jobq stats --json``."""
-        result = self.run("jobq", "stats", "--json")
-        assert result.returncode == 0, result.stderr
-        depth: dict[str, Any] = json.loads(result.stdout)["depth"]
+        depth: dict[str, Any] = self.look("stats")["depth"]
         return depth
 
     def waiting(self) -> int:

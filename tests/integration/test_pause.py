@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import signal
 import subprocess
 import time
@@ -50,7 +49,7 @@ def jobq(backend: Backend, *args: str) -> str:
 
 
 def stats(backend: Backend) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(jobq(backend, "stats", "--json"))
+    data: dict[str, Any] = backend.look("stats")
     return data
 
 

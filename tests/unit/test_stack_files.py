@@ -46,7 +46,7 @@ def settings_for(service: str, argv: tuple[str, ...], monkeypatch: pytest.Monkey
     for key, value in composefile.service_env(SERVICES[service], {}).items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)
-    return cli._settings(composefile.parse(argv))
+    return cli.settings_of(composefile.parse(argv))
 
 
 def test_compose_file_passes_docker_compose_config() -> None:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +65,9 @@ OVERRIDES = {  # argparse dest -> config key
 }
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings a parsed command line asks for: its config file, then ``env``'s JOBQ_*
+    keys (the process environment's by default), then its own options."""
     # ``is`` tests, not ``in (None, False)``: 0 == False, and --metrics-port 0 means "any port".
     overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
                  if getattr(args, dest, None) is not None and getattr(args, dest) is not False}
@@ -75,7 +77,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["metrics.enabled"] = True
     from jobq.config import load_settings
 
-    return load_settings(args.config, overrides)
+    return load_settings(args.config, overrides, env)
 
 
 def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
@@ -83,7 +85,7 @@ def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Na
     from jobq.observability.logs import configure
 
     try:
-        settings = _settings(args)
+        settings = settings_of(args)
         configure(settings.log.level, settings.log.format, transport=settings.transport,
                   queue=settings.queue)
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
