@@ -31,7 +31,7 @@ def received(body: bytes, props: Basic.Properties, *, redelivered: bool = False,
     content = reading.header_frame(frame.marshal(
         header.ContentHeader(0, len(body), props), 1)[7:-1])
     return classify(body, content.properties, redelivered=deliver.redelivered, handle=HANDLE,
-                    rules=rules, cancelled=cancelled, now=now, alone=alone)
+                    rules=rules, cancelled=cancelled, clock=lambda: now, alone=alone)
 
 
 def jobq_message(**headers: Any) -> tuple[bytes, Basic.Properties]:

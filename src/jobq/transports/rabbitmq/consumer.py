@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from aiormq.abc import DeliveredMessage
@@ -253,7 +254,7 @@ class RabbitTransport:
         arrival = classify(message.body, message.header.properties,
                            redelivered=deliver.redelivered,
                            handle=Handle(session, deliver.delivery_tag, message),
-                           rules=self._rules, cancelled=self._tombstones.ids, now=time.time())
+                           rules=self._rules, cancelled=self._tombstones.ids, clock=time.time)
         delivery = arrival.delivery
         if arrival.due is not None:
             self._tasks.spawn(self._not_yet(delivery, arrival.due))
@@ -293,6 +294,7 @@ class RabbitTransport:
             self._state.cancel_requested(delivery, self._log)
         self._inbox.arrive(delivery)
 
-    async def settle(self, delivery: Delivery, decision: Decision) -> None:
-        """Carry out the worker's decision for ``delivery`` (``Transport.settle``)."""
-        await carry_out(self._settler, delivery, decision)
+    def settle(self, delivery: Delivery, decision: Decision) -> Coroutine[Any, Any, None]:
+        """Carry out the worker's decision for ``delivery`` (``Transport.settle``; the settle's
+        own coroutine, not one wrapped around it: an ack is on every job's path)."""
+        return carry_out(self._settler, delivery, decision)

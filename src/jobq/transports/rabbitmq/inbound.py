@@ -1,5 +1,5 @@
 """What a message that arrived is, decided from its body, properties and ``redelivered`` flag
-alone: no I/O, no clock of its own (the caller passes the time), no broker.
+alone: no I/O, no clock of its own (the caller passes one in), no broker.
 
 ``classify`` decodes the job (``codec.decode``) and says what becomes of it (``Arrival``):
 
@@ -19,7 +19,7 @@ module feed it bytes (tests/unit/test_rmq_inbound.py).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,11 +53,12 @@ class Arrival:
 
 
 def classify(body: bytes, props: Basic.Properties, *, redelivered: bool, handle: Any,
-             rules: Rules, cancelled: Collection[str], now: float,
+             rules: Rules, cancelled: Collection[str], clock: Callable[[], float],
              alone: bool = False) -> Arrival:
-    """What the message (``body``, ``props``, ``redelivered``) is, received at ``now`` (epoch
-    seconds) from the work queue or, with ``alone``, from ``<q>.alone``; ``cancelled``: the ids
-    with a tombstone; ``handle`` goes into the delivery as it is."""
+    """What the message (``body``, ``props``, ``redelivered``) is, received from the work queue
+    or, with ``alone``, from ``<q>.alone``; ``cancelled``: the ids with a tombstone; ``handle``
+    goes into the delivery as it is; ``clock()``: the time now in epoch seconds, asked only of a
+    message with a due time."""
     job, problem = decode(body, props, queue=rules.queue, max_attempts=rules.max_attempts,
                           limits=rules.limits, default_kind=rules.default_kind)
     delivery = Delivery(job=job, handle=handle, malformed=problem)
@@ -71,7 +72,7 @@ def classify(body: bytes, props: Basic.Properties, *, redelivered: bool, handle:
     table = props.headers
     if alone or (type(table) is dict and table.get(DUE) is not None):
         due = due_at(props)
-        if due is not None and due > now:  # never run, so never crashed
+        if due is not None and due > clock():  # never run, so never crashed
             return Arrival(delivery, due=due)
     if alone:
         if crashed(props, redelivered):

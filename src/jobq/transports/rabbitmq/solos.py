@@ -131,7 +131,7 @@ class RunAlone:
                                redelivered=deliver.redelivered,
                                handle=Handle(session, deliver.delivery_tag, message),
                                rules=self._rules, cancelled=self._tombstones.ids,
-                               now=time.time(), alone=True)
+                               clock=time.time, alone=True)
             delivery = arrival.delivery
             if arrival.due is not None:
                 # Not due yet: it never ran (an early message is never handed out), so no crash
