@@ -29,8 +29,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks faults tools
-	$(PY) -m mypy src
+	$(PY) -m ruff check src tests benchmarks faults tools examples
+	$(PY) -m mypy src examples/shop
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
@@ -82,8 +82,9 @@ tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
 	npm ci --prefix tests/keda --silent --no-audit --no-fund
 	touch $@
 
+# examples/shop's own tests (jobq.testing, no server) run with the unit tests.
 unit: $(STAMP) tests/keda/node_modules
-	$(PYTEST) tests/unit
+	$(PYTEST) tests/unit examples/shop
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.demo

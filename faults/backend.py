@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from jobq.api import connect_publisher
-from jobq.cli.main import OVERRIDES, consumer_parser
+from jobq.cli.main import consumer_parser
+from jobq.cli.running import OVERRIDES
 from jobq.config import Settings, load_settings
 from jobq.core.port import NewJob
 from jobq.wiring.derived import pool_buffer_max, rmq_prefetch

@@ -22,7 +22,7 @@ from jobq.core.job import Delivery, Job, Outcome
 from jobq.core.port import NewJob
 
 if TYPE_CHECKING:  # imported on first use (below): `import jobq` stays light for the CLIs
-    from jobq.tasks import App, Context, Task
+    from jobq.tasks import App, Context, Failure, Task
 
 __all__ = [
     "App",
@@ -30,6 +30,7 @@ __all__ = [
     "ConnectionLost",
     "Context",
     "Delivery",
+    "Failure",
     "Job",
     "JobTooLarge",
     "JobqError",
@@ -47,7 +48,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_TASKS = frozenset({"App", "Context", "Task"})
+_TASKS = frozenset({"App", "Context", "Failure", "Task"})
 
 
 def __getattr__(name: str) -> Any:

@@ -4,29 +4,38 @@
 async def test_receipt_is_sent() -> None:
     async with jobq.testing.worker(app) as worker:
         await send_receipt.enqueue(Receipt(order_id=42, to="a@example.com"))
-        assert worker.enqueued(send_receipt) == [Receipt(order_id=42, to="a@example.com")]
+        worker.assert_enqueued(send_receipt, Receipt(order_id=42, to="a@example.com"))
         await worker.drain()            # runs them; a task's exception fails the test
 ```
 
-The jobs go through the same code as in production: the arguments are encoded to JSON and
-validated at enqueue and again at run, the pool and its settler decide every outcome; only
-the queue is the in-memory one (``jobq.transports.memory``).
+The jobs go through the same code as in production: the app's start-up and shutdown hooks
+run around the block, the arguments are encoded to JSON and validated at enqueue and again
+at run, the pool and its settler decide every outcome, the failure hooks hear of each failed
+attempt; only the queue is the in-memory one (``jobq.transports.memory``).
+
+``eager(app)`` is for a unit test of code that enqueues: each enqueue runs its task at once,
+in the caller's task, and raises what the task raised (a delay or run_at is not waited for;
+no hook runs: set what the tasks need in ``app.state``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from jobq.core.job import Job
+from jobq.core.port import NewJob
 from jobq.tasks.app import App
 from jobq.tasks.task import Task
 from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.processor import Handler
 from jobq.worker.retry import RetryPolicy
-from jobq.worker.stats import PoolStats
+from jobq.worker.stats import PoolObserver, PoolStats
 from jobq.worker.threads import HandlerThreads
 
 A = TypeVar("A")
@@ -47,6 +56,18 @@ class TestWorker:
         return [task.arguments.decode(entry.payload) for entry in self.store.entries.values()
                 if entry.kind == task.kind and entry.status == "pending"]
 
+    def assert_enqueued(self, task: Task[A], args: A | None = None) -> None:
+        """AssertionError unless a job of ``task`` (with these ``args``, if given) waits to run."""
+        waiting = self.enqueued(task)
+        if not waiting:
+            kinds = sorted({entry.kind for entry in self.store.entries.values()
+                            if entry.status == "pending"})
+            raise AssertionError(f"no job of task {task.kind!r} was enqueued (waiting: "
+                                 f"{', '.join(kinds) or 'nothing'})")
+        if args is not None and args not in waiting:
+            raise AssertionError(f"no job of task {task.kind!r} with {args!r}; enqueued: "
+                                 f"{waiting!r}")
+
     async def drain(self, *, raise_errors: bool = True) -> PoolStats:
         """Run every job that is due, retries that come due meanwhile included, then return.
 
@@ -66,24 +87,68 @@ class TestWorker:
                 raise
 
         try:
-            stats = await self._pool(handle).run()
+            stats = await self._pool(handle, self.app.consumer_observer(None)).run()
         finally:
             threads.shutdown()
         if raise_errors and errors:
             raise errors[0]
         return stats
 
-    def _pool(self, handler: Handler) -> WorkerPool:
+    def _pool(self, handler: Handler, observer: PoolObserver | None) -> WorkerPool:
         return WorkerPool(MemoryTransport(self.store), handler,
                           RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=False),
                           concurrency=self._concurrency, buffer_size=self._concurrency,
-                          job_timeout=300.0, shutdown_timeout=5.0, poll_timeout=0.01, once=True)
+                          job_timeout=300.0, shutdown_timeout=5.0, poll_timeout=0.01, once=True,
+                          observer=observer)
 
 
 @contextlib.asynccontextmanager
 async def worker(app: App, *, concurrency: int = 4) -> AsyncIterator[TestWorker]:
-    """``app``'s enqueues kept in memory for the block, and a ``TestWorker`` to run them."""
+    """``app``'s enqueues kept in memory for the block, and a ``TestWorker`` to run them;
+    the app's start-up hooks run on the way in, its shutdown hooks on the way out."""
     store = MemoryStore()
     with app.using(MemoryPublisher(store)):
-        yield TestWorker(app, store, concurrency)
+        async with app.serving():
+            yield TestWorker(app, store, concurrency)
+
+
+class EagerPublisher:
+    """A Publisher whose ``enqueue`` runs the job's task at once (``eager``)."""
+
+    def __init__(self, app: App, threads: HandlerThreads) -> None:
+        self._run = app.consumer_handler(threads)
+        self._ids = itertools.count(1)
+
+    async def open(self) -> None:
+        """Nothing to connect."""
+
+    async def close(self) -> None:
+        """Nothing to flush."""
+
+    async def enqueue(self, job: NewJob, *, queue: str | None = None,
+                      timeout: float | None = None, connection: object | None = None) -> str:
+        """Run ``job``'s task now, its arguments through JSON; raise what it raised."""
+        job_id = f"eager-{next(self._ids)}"
+        await self._run(Job(id=job_id, queue=queue or "eager", kind=job.kind,
+                            payload=json.loads(json.dumps(job.payload)),
+                            max_attempts=job.max_attempts or 1,
+                            enqueued_at=datetime.now(UTC)))
+        return job_id
+
+    async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
+                           timeout: float | None = None,
+                           connection: object | None = None) -> list[str]:
+        """Run each job's task now, in order."""
+        return [await self.enqueue(job, queue=queue) for job in jobs]
+
+
+@contextlib.contextmanager
+def eager(app: App) -> Iterator[None]:
+    """Inside the block, ``task.enqueue`` runs the task at once and raises what it raised."""
+    threads = HandlerThreads(1)
+    try:
+        with app.using(EagerPublisher(app, threads)):
+            yield
+    finally:
+        threads.shutdown()
 

@@ -28,6 +28,14 @@ def records(directory: Path) -> list[dict[str, object]]:
             for line in path.read_text().splitlines()]
 
 
+def events(directory: Path, event: str) -> list[dict[str, object]]:
+    return [r for r in records(directory) if r["event"] == event]
+
+
+def ran(directory: Path) -> list[dict[str, object]]:
+    return [r for r in records(directory) if r["event"] in ("sent", "archived")]
+
+
 def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retries(
         backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in backend.env.items():
@@ -50,13 +58,22 @@ def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retri
         stderr = consuming(consumer)
         assert "(concurrency 32, app tests.tasks_app:app)" in stderr.text()
         stderr.wait_for(r"job \S+ \(send_receipt\) attempt 3/3 dead after", 30)
-        assert wait_until(lambda: len(records(tmp_path)) == 3, 30), records(tmp_path)
+        assert wait_until(lambda: len(ran(tmp_path)) == 3, 30), records(tmp_path)
+        assert wait_until(lambda: len(events(tmp_path, "failure")) == 3, 30), records(tmp_path)
     finally:
         consumer.send_signal(signal.SIGTERM)
         assert consumer.wait(timeout=30) == 0, stderr.text()
-    done = sorted((r["kind"], r["order_id"], r["event"]) for r in records(tmp_path))
+    done = sorted((r["kind"], r["order_id"], r["event"]) for r in ran(tmp_path))
     assert done == [("receipt.archive", 3, "archived"), ("send_receipt", 1, "sent"),
                     ("send_receipt", 2, "sent")]
+    # The hooks: start-up once before the jobs (whose ctx.state it filled), shutdown once
+    # after them, a failure hook per failed attempt with the worker's decision.
+    (start,), (end,) = events(tmp_path, "startup"), events(tmp_path, "shutdown")
+    assert records(tmp_path)[0] == start and records(tmp_path)[-1] == end
+    assert {r["opened"] for r in ran(tmp_path)} == {end["opened"]} == {consumer.pid}
+    assert [(r["attempt"], r["outcome"]) for r in events(tmp_path, "failure")] == \
+        [(1, "retried"), (2, "retried"), (3, "dead")]
+    assert all(r["error"] == "RuntimeError('no order -1')" for r in events(tmp_path, "failure"))
     [dead] = backend.dead()
     assert (dead["kind"], dead["attempts"]) == ("send_receipt", 3)
     assert dead["last_error"] == "RuntimeError: no order -1 (gave up after 3 of 3 attempts)"

@@ -10,7 +10,7 @@ import pytest
 
 from jobq import Job, PermanentError, Retry
 from jobq.core.errors import ConnectionLost
-from jobq.core.job import Delivery, Outcome
+from jobq.core.job import ACK, Dead, Delivery
 from jobq.core.port import Depth, Health
 from jobq.observability.metrics import Metrics, serve
 from jobq.transports.memory import MemoryStore, MemoryTransport
@@ -74,9 +74,9 @@ def test_latency_is_observed_for_done_jobs_only() -> None:
     metrics = Metrics("memory", "q")
     enqueued = datetime.now(UTC) - timedelta(seconds=2)
     job = Job(id="1", queue="q", kind="k", payload={}, enqueued_at=enqueued)
-    metrics.settled(Outcome.ACK, 0.01, None, job)
-    metrics.settled(Outcome.DEAD, 0.01, PermanentError("x"), job)
-    metrics.settled(Outcome.ACK, 0.01, None, Job(id="2", queue="q", kind="k", payload={}))
+    metrics.settled(ACK, 0.01, None, job)
+    metrics.settled(Dead("x"), 0.01, PermanentError("x"), job)
+    metrics.settled(ACK, 0.01, None, Job(id="2", queue="q", kind="k", payload={}))
     assert sample(metrics, "jobq_job_latency_seconds_count") == 1
     latency = sample(metrics, "jobq_job_latency_seconds_sum")
     assert latency is not None and 2.0 <= latency < 3.0
@@ -196,7 +196,7 @@ def test_depth_gauges_take_whatever_states_the_backend_reports() -> None:
 
 def test_http_endpoints() -> None:
     metrics = Metrics("memory", "q")
-    metrics.settled(Outcome.ACK, 0.002, None, Job(id="1", queue="q", kind="k", payload={}))
+    metrics.settled(ACK, 0.002, None, Job(id="1", queue="q", kind="k", payload={}))
     server = serve(metrics, "127.0.0.1", 0)
     base = f"http://127.0.0.1:{server.server_port}"
     try:

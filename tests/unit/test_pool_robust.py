@@ -16,7 +16,7 @@ import pytest
 
 from jobq import Job, Retry
 from jobq.core.errors import MAX_REASON, describe
-from jobq.core.job import Ack, Dead, Decision, Delivery, Outcome, RetryIn
+from jobq.core.job import Ack, Dead, Decision, Delivery, RetryIn
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
@@ -144,7 +144,7 @@ class FailingObserver:
     def __init__(self) -> None:
         self.calls = 0
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
         self.calls += 1
         if self.calls == 1:

@@ -26,9 +26,9 @@ async def test_a_rejected_ack_is_settled_as_a_failure_by_the_policy() -> None:
     outcomes: list[tuple[Outcome, str]] = []
 
     class Observer:
-        def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+        def settled(self, decision: Decision, duration: float, error: BaseException | None,
                     job: Job) -> None:
-            outcomes.append((outcome, type(error).__name__))
+            outcomes.append((decision.outcome, type(error).__name__))
 
         def gauges(self, in_flight: int, buffered: int) -> None:
             pass

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from jobq import Job, PermanentError, config
-from jobq.cli import main as cli
+from jobq.cli import running
 from jobq.config import Settings, load_settings
-from jobq.core.job import Outcome
+from jobq.core.job import ACK, Dead
 from jobq.core.port import Depth, Health
 from jobq.observability.metrics import TRANSPORT_COUNTERS, Metrics
 from jobq.worker.processor import load_processor
@@ -46,7 +46,7 @@ def settings_for(service: str, argv: tuple[str, ...], monkeypatch: pytest.Monkey
     for key, value in composefile.service_env(SERVICES[service], {}).items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)
-    return cli.settings_of(composefile.parse(argv))
+    return running.settings_of(composefile.parse(argv))
 
 
 def test_compose_file_passes_docker_compose_config() -> None:
@@ -231,8 +231,8 @@ def exported() -> dict[str, set[str]]:
 
     metrics.watch(Pool(), Transport())
     job = Job(id="1", queue="q", kind="k", payload={}, attempt=2, enqueued_at=datetime.now(UTC))
-    metrics.settled(Outcome.ACK, 0.1, None, job)
-    metrics.settled(Outcome.DEAD, 0.1, PermanentError("x"), job)
+    metrics.settled(ACK, 0.1, None, job)
+    metrics.settled(Dead("x"), 0.1, PermanentError("x"), job)
     metrics.depth(Depth(depth={"pending": 1}, oldest_pending_seconds=1.0))
     names: dict[str, set[str]] = {}
     for family in metrics.registry.collect():

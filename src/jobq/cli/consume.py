@@ -18,6 +18,7 @@ from jobq.feeds.schedules import scheduling
 from jobq.observability.stacks import stacks_on_signal
 from jobq.wiring.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.wiring.container import (
+    app_serving,
     get_observers,
     get_schedules,
     get_ticks,
@@ -87,7 +88,8 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
                    stopping: list[float], backstop: Backstop | None) -> int:
-    async with wired(settings) as container:
+    # An app's start-up hooks run before the transport opens, its shutdown hooks once closed.
+    async with wired(settings) as container, app_serving(container):
         pool = await get_worker_pool(container)
         transport = await get_transport(container)
         metrics, server, monitor = await get_observers(container)

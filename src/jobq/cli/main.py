@@ -12,21 +12,21 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jobq.cli.loops import loop_factory
-from jobq.core.errors import ConfigError, MalformedJob, QueueFull, TransportError
+from jobq.cli.running import (
+    EXIT_CONFIG,
+    EXIT_FORCED,
+    EXIT_OK,
+    run_command,
+)
+from jobq.core.errors import ConfigError
 
 # The rest of jobq (config, logging, the commands and everything they import) is imported when
 # a command runs, not with this module: `consumer` must take SIGTERM over as early as it can
 # (consumer_main's first line), and these imports are most of a command's start-up time.
-if TYPE_CHECKING:
-    from jobq.config import Settings
-
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_UNREACHABLE, EXIT_FORCED = 0, 1, 2, 3, 130
-EXIT_QUEUE_FULL = 4
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -55,55 +55,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
 
 
-OVERRIDES = {  # argparse dest -> config key
-    "transport": "transport", "queue": "queue", "log_format": "log.format",
-    "log_level": "log.level", "concurrency": "consumer.concurrency",
-    "processor": "consumer.processor", "app": "consumer.app", "once": "consumer.once",
-    "claim": "postgres.claim", "job_timeout": "consumer.job_timeout",
-    "shutdown_timeout": "consumer.shutdown_timeout", "metrics_port": "metrics.port",
-    "max_attempts": "retry.max_attempts",
-}
-
-
-def settings_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
-    """The settings a parsed command line asks for: its config file, then ``env``'s JOBQ_*
-    keys (the process environment's by default), then its own options."""
-    # ``is`` tests, not ``in (None, False)``: 0 == False, and --metrics-port 0 means "any port".
-    overrides = {key: getattr(args, dest) for dest, key in OVERRIDES.items()
-                 if getattr(args, dest, None) is not None and getattr(args, dest) is not False}
-    if getattr(args, "processor_arg", None):
-        overrides["consumer.processor_args"] = dict(args.processor_arg)
-    if getattr(args, "metrics_port", None) is not None:
-        overrides["metrics.enabled"] = True
-    from jobq.config import load_settings
-
-    return load_settings(args.config, overrides, env)
-
-
-def _run(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
-    """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
-    from jobq.observability.logs import configure
-
-    try:
-        settings = settings_of(args)
-        configure(settings.log.level, settings.log.format, transport=settings.transport,
-                  queue=settings.queue)
-        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-            return runner.run(main(settings))
-    except ConfigError as exc:
-        print(f"jobq: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except TransportError as exc:
-        print(f"jobq: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except MalformedJob as exc:
-        print(f"jobq: job refused: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except QueueFull as exc:
-        print(f"jobq: {exc} ({len(exc.accepted)} of this batch were enqueued)", file=sys.stderr)
-        return EXIT_QUEUE_FULL
-    except KeyboardInterrupt:
-        return EXIT_FORCED
 
 
 def consumer_parser() -> argparse.ArgumentParser:
@@ -390,7 +341,8 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
     from jobq.wiring.backstop import Backstop
 
     with Backstop(logging.getLogger("jobq")) as backstop:
-        return _run(lambda s: consume(s, stats_json=args.stats_json, backstop=backstop), args)
+        return run_command(lambda s: consume(s, stats_json=args.stats_json, backstop=backstop),
+                           args)
 
 
 def producer_main(argv: Sequence[str] | None = None) -> int:
@@ -398,7 +350,7 @@ def producer_main(argv: Sequence[str] | None = None) -> int:
     args = producer_parser().parse_args(argv)
     from jobq.cli import commands
 
-    return _run(lambda s: commands.produce(s, args), args)
+    return run_command(lambda s: commands.produce(s, args), args)
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
@@ -423,13 +375,13 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
                                            if args.source == args.target
                                            else "--batch: at least 1"), file=sys.stderr)
             return EXIT_CONFIG
-        return _run(lambda s: commands.move_jobs(s, args), args)
+        return run_command(lambda s: commands.move_jobs(s, args), args)
     if args.command == "relay":
         if args.batch < 1:
             print("jobq: config error: --batch: at least 1", file=sys.stderr)
             return EXIT_CONFIG
-        return _run(lambda s: commands.relay(s, args), args)
-    return _run(lambda s: commands.admin(s, args), args)
+        return run_command(lambda s: commands.relay(s, args), args)
+    return run_command(lambda s: commands.admin(s, args), args)
 
 
 if __name__ == "__main__":

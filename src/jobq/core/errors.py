@@ -47,6 +47,10 @@ class OutcomeUnknown(ConnectionLost):
         super().__init__(message, accepted=accepted)
 
 
+class HookFailed(JobqError):
+    """An app's start-up or shutdown hook raised: the consumer does not start (or says so)."""
+
+
 class SettleRejected(JobqError):
     """An ack the backend refused because of the job itself: ``cause`` is the job's failure.
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from jobq.core.job import Job, Outcome
+from jobq.core.job import Decision, Job, Outcome
 from jobq.core.port import Depth, Health
 from jobq.observability.metrics_jobs import JobCounts
 from jobq.observability.metrics_kinds import KindCounts
@@ -134,10 +134,11 @@ class Metrics:
         self._transport: TransportView | None = None
         self._alive_at: float | None = None
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
         """Count one settled job (hot path: a few integer additions)."""
         jobs = self._jobs
+        outcome = decision.outcome
         jobs.outcomes[outcome.value] += 1
         jobs.duration.observe(duration)
         failed = None if error is None else type(error).__name__

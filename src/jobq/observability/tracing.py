@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from jobq.core.job import Job, Outcome
+from jobq.core.job import Decision, Job
 from jobq.core.port import NewJob, Publisher
 from jobq.worker.processor import Handler
 from jobq.worker.stats import PoolObserver
@@ -106,17 +106,17 @@ class JobTracing:
                 context.detach(token)
         return traced
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
         """End the job's span (if it ran) with the outcome; then tell the next observer."""
         span = self._open.pop(id(job), None)
         if span is not None:
-            span.set_attribute("jobq.outcome", outcome.value)
+            span.set_attribute("jobq.outcome", decision.outcome.value)
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             span.end()
         if self._next is not None:
-            self._next.settled(outcome, duration, error, job)
+            self._next.settled(decision, duration, error, job)
 
     def gauges(self, in_flight: int, buffered: int) -> None:
         """The next observer's."""

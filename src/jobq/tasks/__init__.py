@@ -5,6 +5,9 @@
 - ``task``: ``Task[A]``, one task: its kind, options and ``enqueue(args)``, checked by mypy
   against the handler's argument type; ``Context``, what a running task is handed beside its
   arguments.
+- ``hooks``: ``Failure`` and the hooks of an app: ``on_failure`` after each failed attempt,
+  ``on_startup`` / ``on_shutdown`` around a consumer process.
+- ``sentry``: a failure hook that reports to Sentry (the ``jobq[sentry]`` extra).
 - ``arguments``: an argument type's codec: a dataclass (msgspec) or a pydantic model, checked
   at enqueue (an error at the call, nothing written) and at run (dead at once if invalid).
 """
@@ -12,6 +15,7 @@
 from __future__ import annotations
 
 from jobq.tasks.app import App
+from jobq.tasks.hooks import Failure
 from jobq.tasks.task import Context, Task
 
-__all__ = ["App", "Context", "Task"]
+__all__ = ["App", "Context", "Failure", "Task"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, TypeVar, overload
 
 from jobq.api import connect_publisher
@@ -13,12 +14,16 @@ from jobq.core.errors import ConfigError
 from jobq.core.job import Job
 from jobq.core.port import NewJob, Publisher
 from jobq.tasks.arguments import Arguments
+from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks
 from jobq.tasks.task import Context, Task, TaskFunction, TaskOptions
 from jobq.worker.processor import Handler, as_async
 from jobq.worker.routing import KindRouter
+from jobq.worker.stats import PoolObserver
 from jobq.worker.threads import HandlerThreads
 
 A = TypeVar("A")
+F = TypeVar("F", bound=FailureHook)
+H = TypeVar("H", bound=LifecycleHook)
 
 
 class App:
@@ -38,6 +43,11 @@ class App:
         self._given = publisher  # enqueue with this one instead of connecting one
         self._publisher: Publisher | None = None
         self._stack = contextlib.AsyncExitStack()
+        self.state = SimpleNamespace()  # what start-up hooks open for the tasks (ctx.state)
+        self._on_failure: list[FailureHook] = []
+        self._on_startup: list[LifecycleHook] = []
+        self._on_shutdown: list[LifecycleHook] = []
+        self._observers: list[FailureHooks] = []
 
     @property
     def tasks(self) -> dict[str, Task[Any]]:
@@ -74,6 +84,42 @@ class App:
             return made
 
         return declare if function is None else declare(function)
+
+    def on_failure(self, hook: F) -> F:
+        """Call ``hook(failure)`` after each failed attempt of any task, once the worker's
+        decision (retry, dead, cancelled) is settled: ``@app.on_failure`` (see tasks/hooks.py)."""
+        self._on_failure.append(hook)
+        return hook
+
+    def on_startup(self, hook: H) -> H:
+        """Run ``hook(app.state)`` when a consumer of this app starts, before it takes a job."""
+        self._on_startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: H) -> H:
+        """Run ``hook(app.state)`` when a consumer of this app stops, after its last job."""
+        self._on_shutdown.append(hook)
+        return hook
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """A consumer's life: the start-up hooks, then the block, then the async failure hooks
+        still running and the shutdown hooks (HookFailed if one raised)."""
+        await run_hooks(self._on_startup, self.state, "start-up")
+        try:
+            yield
+        finally:
+            for observer in self._observers:
+                await observer.wait()
+            await run_hooks(self._on_shutdown, self.state, "shutdown")
+
+    def consumer_observer(self, next_observer: PoolObserver | None) -> PoolObserver | None:
+        """The pool's observer: the failure hooks (if any) ahead of ``next_observer``."""
+        if not self._on_failure:
+            return next_observer
+        observer = FailureHooks(self._on_failure, next_observer)
+        self._observers.append(observer)
+        return observer
 
     async def __aenter__(self) -> App:
         await self.open()

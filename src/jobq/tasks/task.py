@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jobq.core.errors import JobTimeout
@@ -31,6 +32,11 @@ class Context:
     def attempt(self) -> int:
         """This attempt's number, from 1."""
         return self.job.attempt
+
+    @property
+    def state(self) -> SimpleNamespace:
+        """The app's state: what its start-up hooks opened (a client, a pool)."""
+        return self.app.state
 
 
 # What ``@app.task`` takes: ``async def f(args: A, ctx: Context) -> None`` or a plain ``def``

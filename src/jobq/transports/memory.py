@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,7 +191,11 @@ class MemoryPublisher:
         problem = due_problem(job)
         if problem:
             raise MalformedJob(problem)
-        return self.store.add(job.kind, dict(job.payload), max_attempts=job.max_attempts or 5,
+        try:  # through JSON, as on the wire: what would not encode there fails here too
+            payload = json.loads(json.dumps(job.payload))
+        except (TypeError, ValueError) as exc:
+            raise MalformedJob(f"payload is not JSON: {exc}") from None
+        return self.store.add(job.kind, payload, max_attempts=job.max_attempts or 5,
                               delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,

@@ -41,11 +41,12 @@ from jobq.wiring.derived import (
     pool_buffer_max,
     rmq_prefetch,
 )
+from jobq.wiring.handling import handler, serving
 from jobq.wiring.observing import job_tracing, metrics_server, monitor, observer
 from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
-from jobq.worker.routing import build_handler
+from jobq.worker.routing import task_source
 from jobq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
@@ -124,13 +125,6 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
     finally:
         await link.close()
 
-
-
-def handler(settings: Settings, threads: HandlerThreads, tracing: Any) -> Any:
-    """The configured processor (or per-kind processors), awaitable whatever it is; inside a
-    span per job with tracing on (``tracing``: a jobq.observability.tracing.JobTracing, else None)."""
-    built = build_handler(settings.consumer, threads)
-    return built if tracing is None else tracing.wrap(built)
 
 
 class Container(containers.DeclarativeContainer):
@@ -257,10 +251,11 @@ class Container(containers.DeclarativeContainer):
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
     tracing = providers.Singleton(job_tracing, settings=settings, metrics=metrics)
+    app = providers.Singleton(task_source, cfg.consumer)  # consumer.app's jobq.App, or None
     worker_pool = providers.Singleton(
         WorkerPool,
         transport=transport,
-        handler=providers.Callable(handler, settings, handler_threads, tracing),
+        handler=providers.Callable(handler, settings, handler_threads, tracing, app),
         policy=policy,
         concurrency=cfg.consumer.concurrency,
         buffer_size=providers.Callable(pool_buffer, settings),
@@ -272,7 +267,7 @@ class Container(containers.DeclarativeContainer):
         once=cfg.consumer.once,
         stall_timeout=cfg.consumer.stall_timeout,
         threads=handler_threads,
-        observer=providers.Callable(observer, metrics, tracing),
+        observer=providers.Callable(observer, metrics, tracing, app),
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
         pause=pause_watch,
     )
@@ -343,6 +338,11 @@ async def get_observers(container: Container) -> tuple[Metrics, WSGIServer | Non
     watching: Monitor = await resolve(container.monitor())
     server: WSGIServer | None = await resolve(container.metrics_server())
     return get_metrics(container), server, watching
+
+
+def app_serving(container: Container) -> contextlib.AbstractAsyncContextManager[None]:
+    """The start-up and shutdown hooks of ``consumer.app`` around a block (none without one)."""
+    return serving(container.app())
 
 
 def get_schedules(container: Container) -> tuple[Schedule, ...]:

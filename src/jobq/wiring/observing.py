@@ -12,6 +12,7 @@ from jobq.core.port import Admin, Transport
 from jobq.observability.metrics import Metrics, serve, stop_serving
 from jobq.observability.monitor import Monitor
 from jobq.worker.pool import WorkerPool
+from jobq.worker.routing import TaskSource
 
 
 def job_tracing(settings: Settings, metrics: Metrics) -> Any:
@@ -24,9 +25,11 @@ def job_tracing(settings: Settings, metrics: Metrics) -> Any:
     return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
 
 
-def observer(metrics: Metrics, tracing: Any) -> Any:
-    """What observes the pool: the tracing (which hands every event on), else the metrics."""
-    return tracing if tracing is not None else metrics
+def observer(metrics: Metrics, tracing: Any, app: TaskSource | None) -> Any:
+    """What observes the pool: an app's failure hooks, then the tracing (which hands every
+    event on), else the metrics."""
+    first = tracing if tracing is not None else metrics
+    return app.consumer_observer(first) if app is not None else first
 
 
 def metrics_server(settings: Settings, metrics: Metrics) -> Iterator[WSGIServer | None]:

@@ -6,6 +6,7 @@ the pool dead-letters it with a reason naming the kind, and the consumer goes on
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -13,6 +14,7 @@ from jobq.config import ConsumerConfig
 from jobq.core.errors import ConfigError, UnknownKind
 from jobq.core.job import Job
 from jobq.worker.processor import Handler, as_async, load_object, load_processor
+from jobq.worker.stats import PoolObserver
 from jobq.worker.threads import HandlerThreads
 
 
@@ -21,6 +23,12 @@ class TaskSource(Protocol):
 
     def consumer_handler(self, threads: HandlerThreads) -> Handler:
         """The pool's handler."""
+
+    def consumer_observer(self, next_observer: PoolObserver | None) -> PoolObserver | None:
+        """The pool's observer: the app's failure hooks ahead of ``next_observer``."""
+
+    def serving(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Its start-up hooks on the way in, its shutdown hooks on the way out."""
 
 
 class KindRouter:
@@ -69,24 +77,31 @@ def describe_handler(consumer: ConsumerConfig) -> str:
     return f"processor {consumer.processor or '(none)'}{routed}"
 
 
-def load_app(spec: str, threads: HandlerThreads) -> Handler:
-    """The handler of the ``jobq.App`` at ``spec`` (``module:attribute``)."""
-    app = load_object(spec, key="consumer.app")
+def task_source(consumer: ConsumerConfig) -> TaskSource | None:
+    """The ``jobq.App`` that ``consumer.app`` names (``module:attribute``); None without one."""
+    if not consumer.app:
+        return None
+    app = load_object(consumer.app, key="consumer.app")
     if not callable(getattr(app, "consumer_handler", None)):
-        raise ConfigError(f"{spec!r} is not a jobq.App (it has no tasks to run)", key="consumer.app")
+        raise ConfigError(f"{consumer.app!r} is not a jobq.App (it has no tasks to run)",
+                          key="consumer.app")
     source: TaskSource = app
-    return source.consumer_handler(threads)
+    return source
 
 
-def build_handler(consumer: ConsumerConfig, threads: HandlerThreads | None = None) -> Handler:
-    """The pool's handler: the single processor, or a KindRouter when kinds are routed.
+def build_handler(consumer: ConsumerConfig, threads: HandlerThreads | None = None,
+                  source: TaskSource | None = None) -> Handler:
+    """The pool's handler: an app's (``source``, else the one ``consumer.app`` names), the
+    single processor, or a KindRouter when kinds are routed.
 
     Plain ``def`` processors run in ``threads`` (by default, a new set of ``concurrency``).
     """
     require_processor(consumer)
     threads = threads or HandlerThreads(consumer.concurrency)
     if consumer.app:
-        return load_app(consumer.app, threads)
+        app = source or task_source(consumer)
+        assert app is not None  # consumer.app is set
+        return app.consumer_handler(threads)
     default = (as_async(load_processor(consumer.processor, consumer.processor_args), threads)
                if consumer.processor else None)
     if not consumer.processors:

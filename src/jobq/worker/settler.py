@@ -130,7 +130,7 @@ class Settler:
         outcome = decision.outcome
         self._count(outcome)
         if self._observer is not None:
-            self._observer.settled(outcome, duration, error, job)
+            self._observer.settled(decision, duration, error, job)
         if outcome is not Outcome.ACK:
             # The delay until the next attempt for a retry; the traceback of what the handler
             # raised, once (a fact, a malformed job or bad arguments have none worth showing).

@@ -6,13 +6,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobq.core.job import Job, Outcome
+from jobq.core.job import Decision, Job
 
 
 class PoolObserver(Protocol):
     """Receives the pool's events (metrics); must be cheap, it runs on the hot path."""
 
-    def settled(self, outcome: Outcome, duration: float, error: BaseException | None,
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None: ...
 
     def gauges(self, in_flight: int, buffered: int) -> None: ...
