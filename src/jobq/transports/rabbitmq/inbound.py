@@ -90,7 +90,8 @@ def classify(body: bytes, props: Basic.Properties, *, redelivered: bool, handle:
     if crashed(props, redelivered) or isolated(props):
         first = rules.strikes and not isolated(props) and not suspected(props)
         return Arrival(delivery, copy=crash_copy(job, isolated=False, first=first))
-    delivery.fact = spent(job)
+    if job.attempt > job.max_attempts:  # spent(job), tested first: this runs for every message
+        delivery.fact = spent(job)
     return Arrival(delivery)
 
 
