@@ -1,8 +1,8 @@
 """A buffer whose items go stale: each kept with the moment it came, handed to ``on_stale``
 once older than ``keep_for``.
 
-One owner takes from it, adds to it and stops it; a timer (armed while anything is in it)
-looks again when the oldest would turn stale, so nothing outstays its time by more than the
+One owner takes from it, adds to it and stops it; a timer (armed while anything is in it, at
+most one) looks again when the oldest would turn stale, so nothing outstays its time by more than the
 timer's slack even when no one takes. Nothing in it is PostgreSQL's: transaction mode keeps
 its jobs picked ahead here (txn_schedule.py).
 """
@@ -59,8 +59,10 @@ class TimedBuffer(Generic[T]):
         self._disarm()
 
     def expire(self) -> None:
-        """Hand the stale items to ``on_stale``; look again when the next one turns stale."""
-        self._disarm()
+        """Hand the stale items to ``on_stale``; make sure of a look when the oldest left turns
+        stale. A timer already armed is kept (the owner calls this for every take): it was
+        armed for an item at least as old as the oldest now, so it fires no later than needed,
+        and then looks again."""
         if self._stopped:
             return
         loop = asyncio.get_running_loop()
@@ -69,8 +71,12 @@ class TimedBuffer(Generic[T]):
             stale.append(items.popleft()[0])
         if stale:
             self._on_stale(stale)
-        if items:
-            self._timer = loop.call_later(items[0][1] + self._keep_for - now + SLACK, self.expire)
+        if items and self._timer is None:
+            self._timer = loop.call_later(items[0][1] + self._keep_for - now + SLACK, self._look)
+
+    def _look(self) -> None:
+        self._timer = None
+        self.expire()
 
     def _disarm(self) -> None:
         if self._timer is not None:
