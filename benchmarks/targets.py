@@ -120,6 +120,23 @@ def jobq_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
     return argv
 
 
+def jobq_tasks_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """The real ``consumer`` running benchmarks.tasks_app's no-op task (``-A``): what the
+    ``noop`` work of ``jobq_consumer`` does, as a task."""
+    assert launch.work.kind == "noop"
+    env = [f"JOBQ_BENCH_RECORD_DIR={launch.record_dir}"]
+    if launch.gate is not None:
+        env.append(f"JOBQ_BENCH_GATE={launch.gate}")
+    argv = ["/usr/bin/env", *env, str(BIN / "consumer"), "--config", str(space.config),
+            "--queue", space.queue, "--concurrency", str(launch.concurrency),
+            "--app", "benchmarks.tasks_app:app"]
+    if launch.once:
+        argv.append("--once")
+    if launch.stats_json is not None:
+        argv += ["--stats-json", str(launch.stats_json)]
+    return argv
+
+
 def raw_pg_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
     """``python -m benchmarks.baselines.pg_batch``: the bare psycopg batch-claim loop."""
     assert isinstance(space, PostgresSpace)
@@ -296,6 +313,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg",
            env={"JOBQ_POSTGRES__CLAIM": "lease"}, goal_vs_baseline=0.9, goal_p99_ms=20.0,
            description="jobq consumer, Postgres lease mode (batch claims, batched acks)"),
+    Target(name="postgres-lease-tasks", backend="postgres", family="jobq", space=_pg,
+           consumer=jobq_tasks_consumer, settings=jobq_settings,
+           env={"JOBQ_POSTGRES__CLAIM": "lease"}, scenarios=frozenset({"drain"}),
+           cannot={s: "a task's cost is measured on the drain only (beside postgres-lease)"
+                   for s in ("io", "latency", "failures", "crash", "backlog")},
+           description="postgres-lease with its no-op job as a task of a jobq.App (-A): "
+                       "routing, typed arguments"),
     Target(name="raw-psycopg", backend="postgres", family="baseline", space=_pg,
            consumer=raw_pg_consumer, settings=raw_pg_settings, scenarios=BASELINE_SCENARIOS,
            description="bare psycopg loop: CTE LIMIT 100 FOR UPDATE SKIP LOCKED, batched ack"),
@@ -358,5 +382,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 )}
 # The targets a run takes unless --targets names others: jobq and its baselines. The peers
 # need the peers extra and are asked for by name (--targets peers adds all four).
-DEFAULT_TARGETS = tuple(n for n, t in TARGETS.items() if t.family != "peer")
+# postgres-lease-tasks too is asked for by name: it measures what a task adds, not a backend.
+DEFAULT_TARGETS = tuple(n for n, t in TARGETS.items()
+                        if t.family != "peer" and n != "postgres-lease-tasks")
 PEERS = tuple(n for n, t in TARGETS.items() if t.family == "peer")

@@ -11,12 +11,11 @@ from typing import Any, TypeVar, overload
 from jobq.api import connect_publisher
 from jobq.config import Settings
 from jobq.core.errors import ConfigError
-from jobq.core.job import Job
 from jobq.core.port import NewJob, Publisher
 from jobq.tasks.arguments import Arguments
 from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks
-from jobq.tasks.task import Context, Task, TaskFunction, TaskOptions
-from jobq.worker.processor import Handler, as_async
+from jobq.tasks.task import Task, TaskFunction, TaskOptions
+from jobq.worker.processor import Handler
 from jobq.worker.routing import KindRouter
 from jobq.worker.stats import PoolObserver
 from jobq.worker.threads import HandlerThreads
@@ -165,24 +164,8 @@ class App:
 
     def consumer_handler(self, threads: HandlerThreads) -> Handler:
         """The pool's handler for this app: each job to the task of its kind."""
-        return KindRouter({kind: _caller(task, threads) for kind, task in self._tasks.items()},
+        return KindRouter({kind: task.starter(threads) for kind, task in self._tasks.items()},
                           None, unknown="no task for kind {kind} (known: {known})")
-
-
-def _caller(task: Task[Any], threads: HandlerThreads) -> Handler:
-    """``job -> None`` for one task: its function awaited, or run in ``threads`` if plain."""
-    function = task.function
-    if task.is_async:
-        async def call(args: Any, ctx: Context) -> None:
-            await function(args, ctx)  # type: ignore[misc]
-    else:
-        async def call(args: Any, ctx: Context) -> None:
-            await as_async(lambda _job: function(args, ctx), threads)(ctx.job)
-
-    async def run(job: Job) -> None:
-        await task.run(job, call)
-
-    return run
 
 
 def _argument_type(kind: str, function: Callable[..., object]) -> type[Any]:

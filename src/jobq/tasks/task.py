@@ -14,6 +14,8 @@ from jobq.core.errors import JobTimeout
 from jobq.core.job import Job
 from jobq.core.port import NewJob
 from jobq.tasks.arguments import Arguments
+from jobq.worker.processor import Handler, as_async
+from jobq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:
     from jobq.tasks.app import App
@@ -88,17 +90,31 @@ class Task(Generic[A]):
         job = self.new_job(args, delay=delay, run_at=run_at, priority=priority, key=key)
         return await self.app.send(job, queue=queue or self.options.queue, connection=connection)
 
-    async def run(self, job: Job, call: Callable[[Any, Context], Awaitable[None]]) -> None:
-        """Run ``job`` as this task: its arguments decoded (InvalidArguments: dead at once),
-        within the task's timeout; ``call`` runs the function (a thread for a plain ``def``)."""
-        args = self.arguments.decode(job.payload)
+    def starter(self, threads: HandlerThreads) -> Handler:
+        """``job -> awaitable`` running ``job`` as this task: its arguments decoded
+        (InvalidArguments: dead at once), the function called (a plain ``def`` in one of
+        ``threads``), within the task's timeout if it has one. Without one, what the call
+        returns is the function's own coroutine, nothing wrapped around it: every job runs it."""
+        function, decode, app = self.function, self.arguments.decode, self.app
+
+        def call(job: Job) -> Any:
+            return function(decode(job.payload), Context(job, app))
+
+        start: Handler = call if self.is_async else as_async(call, threads)
         if self.options.timeout is None:
-            await call(args, Context(job, self.app))
-            return
+            return start
+
+        async def timed(job: Job) -> None:
+            await self._within_timeout(start(job))
+
+        return timed
+
+    async def _within_timeout(self, running: Awaitable[None]) -> None:
+        assert self.options.timeout is not None
         deadline = asyncio.timeout(self.options.timeout)
         try:
             async with deadline:
-                await call(args, Context(job, self.app))
+                await running
         except TimeoutError:
             if not deadline.expired():
                 raise  # the task's own TimeoutError (a call of its that timed out)

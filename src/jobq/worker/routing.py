@@ -7,7 +7,7 @@ the pool dead-letters it with a reason naming the kind, and the consumer goes on
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from jobq.config import ConsumerConfig
@@ -42,12 +42,12 @@ class KindRouter:
         self._unknown = unknown  # the UnknownKind reason: {kind} and {known} filled in
         self._known = ", ".join(sorted(routes)[:20])
 
-    async def __call__(self, job: Job) -> None:
-        """Dispatch ``job`` by its kind."""
+    def __call__(self, job: Job) -> Awaitable[None]:
+        """Dispatch ``job`` by its kind: the handler's own awaitable (no coroutine around it)."""
         handler = self._routes.get(job.kind, self._default)
         if handler is None:
             raise UnknownKind(self._unknown.format(kind=repr(job.kind[:100]), known=self._known))
-        await handler(job)
+        return handler(job)
 
 
 def _load(kind: str, entry: Any, threads: HandlerThreads) -> Handler:
