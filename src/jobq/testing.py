@@ -13,8 +13,9 @@ run around the block, the arguments are encoded to JSON and validated at enqueue
 at run, the pool and its settler decide every outcome, the failure hooks hear of each failed
 attempt; only the queue is the in-memory one (``jobq.transports.memory``).
 
-``eager(app)`` is for a unit test of code that enqueues: each enqueue runs its task at once,
-in the caller's task, and raises what the task raised (a delay or run_at is not waited for;
+``eager(app)`` is for a unit test of code that enqueues: each enqueue runs its task at once
+(an ``async def`` in the caller's task, a plain ``def`` in a thread of its own, awaited) and
+raises what the task raised (a delay or run_at is not waited for;
 no hook runs: set what the tasks need in ``app.state``).
 """
 
@@ -73,7 +74,8 @@ class TestWorker:
 
         With ``raise_errors`` the first exception a task raised is raised here (after the
         drain), so a failing task fails the test instead of being retried out of sight;
-        retries wait no backoff.
+        retries wait no backoff. The app's failure hooks hear of each failed attempt, the
+        async ones ended before this returns.
         """
         errors: list[BaseException] = []
         threads = HandlerThreads(self._concurrency)
@@ -86,8 +88,11 @@ class TestWorker:
                 errors.append(exc)
                 raise
 
+        hooks = self.app.failure_hooks(None)
         try:
-            stats = await self._pool(handle, self.app.consumer_observer(None)).run()
+            stats = await self._pool(handle, hooks).run()
+            if hooks is not None:
+                await hooks.wait()  # the async failure hooks of this drain have ended
         finally:
             threads.shutdown()
         if raise_errors and errors:

@@ -76,6 +76,9 @@ def test_the_bound_with_the_defaults(transport: str, deadline: float) -> None:
     calls = (deadline + 1) * 2
     assert shutdown_bound(settings) == calls + 30 + 10 + 10 + calls + 15
     assert closing_bound(settings) == calls + 15
+    # An app's consumer: 10 s more for its failure and shutdown hooks (APP_HOOKS_BOUND).
+    app = load_settings(f"configs/{transport}.yaml", {"consumer.app": "tests.tasks_app:app"})
+    assert closing_bound(app) == calls + 15 + 10
 
 
 def test_a_short_shutdown_timeout_shortens_the_releases_too() -> None:

@@ -211,3 +211,26 @@ def test_describe_is_safe_for_every_driver() -> None:
             raise RuntimeError("no")
 
     assert describe(Unprintable()) == "Unprintable: <unprintable message: RuntimeError>"
+
+
+async def test_the_observer_hears_only_of_decisions_carried_out() -> None:
+    store = MemoryStore()
+    ids = _five(store)
+    heard: list[object] = []
+
+    class Observer:
+        def settled(self, decision: Decision, duration: float, error: BaseException | None,
+                    job: Job) -> None:
+            heard.append(job.payload["n"])
+
+        def gauges(self, in_flight: int, buffered: int) -> None:
+            return None
+
+    async def handle(job: Job) -> None:
+        return None
+
+    pool = _pool(AckBug(store), handle, observer=Observer())
+    await asyncio.wait_for(pool.run(), 5)
+    assert pool.stats.settle_failures == 1 and len(ids) == 5
+    assert sorted(heard) == [1, 2, 3, 4]  # job 0's ack failed: it comes again, not counted now
+

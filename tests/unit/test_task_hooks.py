@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import jobq
+import jobq.tasks.hooks
 import jobq.testing
 from jobq.core.errors import HookFailed, InvalidArguments
 from jobq.core.job import Dead, RetryIn
@@ -132,3 +134,36 @@ async def test_assert_enqueued_says_what_was_enqueued_instead() -> None:
         with pytest.raises(AssertionError, match=r"with Order\(order_id=2.*enqueued: "
                                                  r"\[Order\(order_id=1"):
             worker.assert_enqueued(charge, Order(2))
+
+
+async def test_a_failing_shutdown_hook_never_hides_the_error_that_ended_the_block(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, _ = make_app([])
+
+    @app.on_shutdown
+    def fails(state: SimpleNamespace) -> None:
+        raise OSError("cannot close")
+
+    with pytest.raises(LookupError, match="the test's own failure"):
+        async with jobq.testing.worker(app):
+            raise LookupError("the test's own failure")
+    assert any("shutdown hook" in r.getMessage() and r.exc_info for r in caplog.records)
+    with pytest.raises(HookFailed, match=r"shutdown hook .*fails failed: OSError: cannot close"):
+        async with jobq.testing.worker(app):
+            pass
+
+
+async def test_hooks_that_outlast_their_bound_are_abandoned_and_said(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobq.tasks.hooks, "APP_HOOKS_BOUND", 0.05)
+    app, _ = make_app([])
+    stuck = asyncio.Event()
+
+    @app.on_shutdown
+    async def hangs(state: SimpleNamespace) -> None:
+        await stuck.wait()  # never set
+
+    async with jobq.testing.worker(app):
+        pass
+    assert any("did not end within 0.05s" in r.getMessage() for r in caplog.records)
+

@@ -1,8 +1,8 @@
 """Command-line entry points: ``consumer``, ``producer`` and ``jobq`` (admin).
 
-Exit codes: 0 done; 1 unexpected error; 2 bad config or arguments (or a job refused at
-enqueue: too large, malformed); 3 server unreachable or failing; 4 queue full (limits.max_pending
-still reached after limits.enqueue_timeout); 130 stopped by a second signal.
+Exit codes: 0 done; 1 unexpected error, or an app's hook failed; 2 bad config or arguments (or
+a job refused at enqueue: too large, malformed); 3 server unreachable or failing; 4 queue full
+(limits.max_pending still reached after limits.enqueue_timeout); 130 after a second signal.
 """
 
 from __future__ import annotations

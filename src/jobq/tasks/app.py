@@ -13,7 +13,7 @@ from jobq.config import Settings
 from jobq.core.errors import ConfigError
 from jobq.core.port import NewJob, Publisher
 from jobq.tasks.arguments import Arguments
-from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks
+from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks, shut_down
 from jobq.tasks.task import Task, TaskFunction, TaskOptions
 from jobq.worker.processor import Handler
 from jobq.worker.routing import KindRouter
@@ -103,22 +103,28 @@ class App:
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
         """A consumer's life: the start-up hooks, then the block, then the async failure hooks
-        still running and the shutdown hooks (HookFailed if one raised)."""
+        still running and the shutdown hooks, within APP_HOOKS_BOUND seconds (HookFailed if a
+        hook raised, unless the block raised first: then its error stands)."""
         await run_hooks(self._on_startup, self.state, "start-up")
         try:
             yield
-        finally:
-            for observer in self._observers:
-                await observer.wait()
-            await run_hooks(self._on_shutdown, self.state, "shutdown")
+        except BaseException:
+            await shut_down(self._observers, self._on_shutdown, self.state, raising=True)
+            raise
+        await shut_down(self._observers, self._on_shutdown, self.state, raising=False)
 
     def consumer_observer(self, next_observer: PoolObserver | None) -> PoolObserver | None:
-        """The pool's observer: the failure hooks (if any) ahead of ``next_observer``."""
-        if not self._on_failure:
+        """The pool's observer: the failure hooks (if any) ahead of ``next_observer``; the
+        async ones still running are awaited when ``serving`` ends."""
+        observer = self.failure_hooks(next_observer)
+        if observer is None:
             return next_observer
-        observer = FailureHooks(self._on_failure, next_observer)
         self._observers.append(observer)
         return observer
+
+    def failure_hooks(self, next_observer: PoolObserver | None) -> FailureHooks | None:
+        """The failure hooks as a pool observer ahead of ``next_observer``; None without any."""
+        return FailureHooks(self._on_failure, next_observer) if self._on_failure else None
 
     async def __aenter__(self) -> App:
         await self.open()

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 from jobq.core.errors import HookFailed
 from jobq.core.job import Cancelled, Dead, Decision, Job, RetryIn
+from jobq.worker.bounds import APP_HOOKS_BOUND
 from jobq.worker.stats import PoolObserver
 
 log = logging.getLogger("jobq.tasks")
@@ -99,6 +100,25 @@ async def _awaited(hook: FailureHook, failure: Failure, result: Awaitable[None])
 def _failed(hook: FailureHook, failure: Failure, exc: Exception) -> None:
     log.error("failure hook %s raised on job %s (%s); the job's fate stands", hook_name(hook),
               failure.job.id, failure.decision.outcome.value, exc_info=exc)
+
+
+async def shut_down(observers: list[FailureHooks], hooks: list[LifecycleHook],
+                    state: SimpleNamespace, *, raising: bool) -> None:
+    """The async failure hooks still running, then the shutdown hooks, within APP_HOOKS_BOUND
+    seconds (past it they are abandoned, with an ERROR). HookFailed if a shutdown hook raised,
+    unless the block they close is ``raising`` already: its error is the one that counts
+    (the hook's was logged)."""
+    try:
+        async with asyncio.timeout(APP_HOOKS_BOUND):
+            for observer in observers:
+                await observer.wait()
+            await run_hooks(hooks, state, "shutdown")
+    except TimeoutError:
+        log.error("the app's failure and shutdown hooks did not end within %gs of its last "
+                  "job: abandoned", APP_HOOKS_BOUND)
+    except HookFailed:
+        if not raising:
+            raise
 
 
 async def run_hooks(hooks: list[LifecycleHook], state: SimpleNamespace, what: str) -> None:

@@ -22,7 +22,7 @@ from types import TracebackType
 
 from jobq.config import Settings
 from jobq.observability.stacks import render_stacks
-from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT
+from jobq.worker.bounds import APP_HOOKS_BOUND, INTERRUPT_GRACE, RELEASE_TIMEOUT
 
 EXIT_OVERRAN = 1
 LOG_GRACE = 5.0  # seconds the stacks may take to be logged before the exit comes anyway
@@ -47,8 +47,10 @@ def calls(settings: Settings, count: int) -> float:
 
 def closing_bound(settings: Settings) -> float:
     """Seconds the consumer may take to close once its pool has stopped: two calls in flight
-    (the last ack flush, a copy or a statement a close cut) and the closes themselves."""
-    return calls(settings, 2) + CLOSING
+    (the last ack flush, a copy or a statement a close cut) and the closes themselves; for an
+    app's consumer, its failure and shutdown hooks too (APP_HOOKS_BOUND)."""
+    hooks = APP_HOOKS_BOUND if settings.consumer.app else 0.0
+    return calls(settings, 2) + CLOSING + hooks
 
 
 def shutdown_bound(settings: Settings) -> float:

@@ -10,3 +10,6 @@ STALL_MARGIN = 60.0  # default stall_timeout: job_timeout plus this (a job ends 
 # Capped low: once the server is back, an idle pool should notice within seconds.
 RECEIVE_BACKOFF = Backoff(base=0.4, cap=5.0)
 INTERRUPT_GRACE = 10.0  # seconds interrupted jobs get to settle after the shutdown deadline
+# A consumer of a jobq.App: how long its async failure hooks still running and then its
+# shutdown hooks may take, once the pool has stopped (then abandoned, logged).
+APP_HOOKS_BOUND = 10.0

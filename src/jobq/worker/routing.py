@@ -82,7 +82,8 @@ def task_source(consumer: ConsumerConfig) -> TaskSource | None:
     if not consumer.app:
         return None
     app = load_object(consumer.app, key="consumer.app")
-    if not callable(getattr(app, "consumer_handler", None)):
+    if not all(callable(getattr(app, name, None))
+               for name in ("consumer_handler", "consumer_observer", "serving")):
         raise ConfigError(f"{consumer.app!r} is not a jobq.App (it has no tasks to run)",
                           key="consumer.app")
     source: TaskSource = app

@@ -101,6 +101,7 @@ class Settler:
             error = MalformedJob(delivery.malformed)
         decision: Decision = (decide_fact(delivery.fact) if delivery.fact is not None
                               else ACK if error is None else decide(self._policy, error, job))
+        carried = False
         try:
             try:
                 await self._transport.settle(delivery, decision)
@@ -108,6 +109,7 @@ class Settler:
                 error = rejected.cause
                 decision = decide(self._policy, error, job)
                 await self._transport.settle(delivery, decision)
+            carried = True
         except TransportError as exc:
             # At-least-once: the job was not settled, so the backend hands it out again.
             self._stats.settle_failures += 1
@@ -122,14 +124,15 @@ class Settler:
             if slot >= 0:
                 self._holding[slot] = None
             self._capacity.freed()
-        self._settled_as(decision, duration, error, job)
+        self._settled_as(decision, duration, error, job, carried)
 
     def _settled_as(self, decision: Decision, duration: float, error: BaseException | None,
-                    job: Job) -> None:
-        """Count, observe and log a decision the transport was asked to carry out."""
+                    job: Job, carried: bool) -> None:
+        """Count and log a decision the transport was asked to carry out; the observer hears
+        only of one carried out (a job whose settle failed comes again: its next settle is)."""
         outcome = decision.outcome
         self._count(outcome)
-        if self._observer is not None:
+        if self._observer is not None and carried:
             self._observer.settled(decision, duration, error, job)
         if outcome is not Outcome.ACK:
             # The delay until the next attempt for a retry; the traceback of what the handler
