@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -32,7 +31,7 @@ from jobq.core.job import Job
 from jobq.core.port import NewJob
 from jobq.tasks.app import App
 from jobq.tasks.task import Task
-from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport
+from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport, through_json
 from jobq.worker.pool import WorkerPool
 from jobq.worker.processor import Handler
 from jobq.worker.retry import RetryPolicy
@@ -135,7 +134,7 @@ class EagerPublisher:
         """Run ``job``'s task now, its arguments through JSON; raise what it raised."""
         job_id = f"eager-{next(self._ids)}"
         await self._run(Job(id=job_id, queue=queue or "eager", kind=job.kind,
-                            payload=json.loads(json.dumps(job.payload)),
+                            payload=through_json(job.payload),
                             max_attempts=job.max_attempts or 1,
                             enqueued_at=datetime.now(UTC)))
         return job_id

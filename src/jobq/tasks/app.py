@@ -86,7 +86,7 @@ class App:
 
     def on_failure(self, hook: F) -> F:
         """Call ``hook(failure)`` after each failed attempt of any task, once the worker's
-        decision (retry, dead, cancelled) is settled: ``@app.on_failure`` (see tasks/hooks.py)."""
+        decision (retry, dead, cancelled) is carried out: ``@app.on_failure`` (tasks/hooks.py)."""
         self._on_failure.append(hook)
         return hook
 

@@ -3,7 +3,7 @@ around a consumer process (or a ``jobq.testing`` block).
 
 A failure hook gets a ``Failure``: the job, what the handler raised (None for a fact found
 about an unrun job, such as a crash count spent), and the worker's decision (``RetryIn``,
-``Dead`` or ``Cancelled``), once the decision is settled. Hooks never change a job's fate:
+``Dead`` or ``Cancelled``), once the transport has carried the decision out. Hooks never change a job's fate:
 one that raises is logged and the others still run. A plain ``def`` hook runs on the event
 loop, so it must be quick (Sentry's ``capture_exception`` is: it queues the event); an
 ``async def`` one runs as a task of its own, awaited at shutdown.

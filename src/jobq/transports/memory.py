@@ -169,6 +169,16 @@ class MemoryTransport:
         return entry
 
 
+def through_json(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """``payload`` as it comes back from JSON, as on the wire: what would not encode there
+    fails here too (MalformedJob)."""
+    try:
+        decoded: dict[str, Any] = json.loads(json.dumps(payload))
+    except (TypeError, ValueError) as exc:
+        raise MalformedJob(f"payload is not JSON: {exc}") from None
+    return decoded
+
+
 class MemoryPublisher:
     """Publisher over a MemoryStore."""
 
@@ -191,11 +201,8 @@ class MemoryPublisher:
         problem = due_problem(job)
         if problem:
             raise MalformedJob(problem)
-        try:  # through JSON, as on the wire: what would not encode there fails here too
-            payload = json.loads(json.dumps(job.payload))
-        except (TypeError, ValueError) as exc:
-            raise MalformedJob(f"payload is not JSON: {exc}") from None
-        return self.store.add(job.kind, payload, max_attempts=job.max_attempts or 5,
+        return self.store.add(job.kind, through_json(job.payload),
+                              max_attempts=job.max_attempts or 5,
                               delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,

@@ -1,9 +1,9 @@
 """A buffer whose items go stale: each kept with the moment it came, handed to ``on_stale``
 once older than ``keep_for``.
 
-One owner takes from it, adds to it and stops it; a timer (armed while anything is in it, at
-most one) looks again when the oldest would turn stale, so nothing outstays its time by more than the
-timer's slack even when no one takes. Nothing in it is PostgreSQL's: transaction mode keeps
+One owner takes from it, adds to it and stops it; a timer (at most one, armed while anything
+is in it) looks again when the oldest would turn stale, so nothing outstays its time by more
+than the timer's slack even when no one takes. Nothing in it is PostgreSQL's: transaction mode keeps
 its jobs picked ahead here (txn_schedule.py).
 """
 
