@@ -19,6 +19,7 @@ from psycopg import sql
 
 from jobq.api import wired
 from jobq.config import Settings, load_settings
+from jobq.core.attempts import AttemptError
 from jobq.core.port import Admin, NewJob, Publisher, Transport
 from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport
 from jobq.wiring.container import get_admin, get_publisher, get_transport, pool_drain_timeout
@@ -127,6 +128,13 @@ class Port:
             return str(row[0])
         await publish_raw(self.queue, b"[1, 2]", message_id="malformed-1", kind="k")
         return "malformed-1"
+
+    async def errors(self, job_id: str) -> list[AttemptError]:
+        """The job's kept history of errors, as ``jobq jobs show`` gives it."""
+        if self.memory:
+            return self.store.entries[job_id].errors
+        assert self._admin is not None
+        return list((await self._admin.show_job(job_id)).errors)
 
     async def dead(self) -> dict[str, str]:
         """Dead jobs: id -> reason."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from jobq.core.attempts import ERRORS_KEPT
 from jobq.core.job import Ack, Cancelled, Dead, Delivery, Job, Release, RetryIn
 from jobq.core.port import NewJob, Transport
 from jobq.worker.pool import WorkerPool
@@ -187,6 +188,27 @@ async def test_attempts_are_counted_until_the_job_is_dead(port: Port) -> None:
         stats = await run
     assert attempts == [1, 2, 3] and (stats.retried, stats.dead) == (2, 1)
     assert await port.dead() == {job_id: "ValueError: boom (gave up after 3 of 3 attempts)"}
+
+
+async def test_each_failed_attempts_error_is_kept_with_the_job_the_latest_ones(port: Port) -> None:
+    attempts = ERRORS_KEPT + 2
+    (job_id,) = await port.enqueue(job(0, max_attempts=attempts))
+
+    async def failing(job: Job) -> None:
+        raise ValueError(f"boom {job.attempt}")
+
+    async with port.consumer() as transport:
+        workers = pool(port, transport, failing)
+        run = asyncio.create_task(workers.run())
+        await until(lambda: workers.stats.dead == 1, "the job dead")
+        workers.stop()
+        await run
+    errors = await port.errors(job_id)
+    assert [(e.attempt, e.type, e.message) for e in errors] == [
+        (a, "ValueError", f"boom {a}") for a in range(3, attempts + 1)]  # the oldest two dropped
+    assert all(e.traceback and 'raise ValueError(f"boom {job.attempt}")' in e.traceback
+               for e in errors), errors[-1].traceback
+    assert [e.at for e in errors] == sorted(e.at for e in errors)
 
 
 async def test_quiesce_hands_back_what_was_taken_and_resume_takes_again(port: Port) -> None:

@@ -118,6 +118,9 @@ def test_find_a_dead_job_requeue_it_and_see_it_done(board: tuple[Dashboard, Back
 
     rabbit_dead = client.get("/queues/1").text  # RabbitMQ lists its dead letters
     assert "/queues/1/jobs/rmq-1" in rabbit_dead
+    shown = client.get("/queues/1/jobs/rmq-1").text  # its attempt's error, traceback and all
+    assert "<h2>Errors</h2>" in shown and "attempt 1" in shown, shown
+    assert "jobq.core.errors.PermanentError" in shown and "raise PermanentError(message)" in shown
     done = client.post("/queues/1/act", data={"action": "requeue", "id": "rmq-1",
                                               "csrf": token}, follow_redirects=True)
     assert "requeued 1 dead jobs" in done.text

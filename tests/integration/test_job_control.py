@@ -137,6 +137,11 @@ def test_postgres_show_list_and_retry(schema: str, queue_name: str, claim: str) 
                                             "--json"))
     assert shown["state"] == "dead" and shown["kind"] == "doomed" and "n" in shown["payload"], shown
     assert shown["finished_at"] and shown["created_at"] and shown["headers"] == {}, shown
+    (error,) = shown["errors"]  # its one attempt's error, kept with the row
+    assert (error["attempt"], error["type"]) == (1, "jobq.core.errors.PermanentError"), error
+    text = jobq(backend, "jobs", "show", str(dead[0]["id"]))  # for a person: traceback indented
+    assert "errors=1" in text and "attempt 1 at " in text, text
+    assert "\n    Traceback (most recent call last):" in text, text
 
     said = jobq(backend, "jobs", "retry", str(dead[0]["id"]))
     assert "requeued: it was dead" in said, said

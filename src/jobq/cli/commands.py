@@ -16,6 +16,7 @@ from typing import Any
 from jobq.api import wired
 from jobq.cli.consume import signals_to
 from jobq.config import Settings
+from jobq.core.attempts import render_error
 from jobq.core.durations import format_duration
 from jobq.core.errors import ConfigError
 from jobq.core.port import Admin, Control, NewJob
@@ -247,7 +248,10 @@ async def _jobs(admin: Admin, args: argparse.Namespace) -> None:
 
 def _fields(row: Any) -> dict[str, Any]:
     # Shallow, unlike dataclasses.asdict: a payload is shown as it is, never copied.
-    return {f.name: getattr(row, f.name) for f in fields(row)}
+    shown = {f.name: getattr(row, f.name) for f in fields(row)}
+    if "errors" in shown:
+        shown["errors"] = [error.to_json() for error in shown["errors"]]
+    return shown
 
 
 def _print(data: Any, as_json: bool) -> None:
@@ -257,4 +261,8 @@ def _print(data: Any, as_json: bool) -> None:
         return
     rows = data if isinstance(data, list) else [data]
     for row in rows:
-        print("  ".join(f"{k}={v}" for k, v in row.items()))
+        errors = row.get("errors", [])
+        print("  ".join(f"{k}={len(v) if k == 'errors' else v}" for k, v in row.items()))
+        if not isinstance(data, list):  # one job shown: each failed attempt's error in full
+            for error in errors:
+                print(render_error(error))

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from jobq.core.attempts import AttemptError
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Job:
@@ -98,18 +100,21 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class RetryIn:
-    """Run the job again, not before ``delay`` seconds from now; ``reason`` is kept with it."""
+    """Run the job again, not before ``delay`` seconds from now; ``reason`` is kept with it,
+    and ``error`` (what the attempt raised, if it raised) added to its history."""
 
     delay: float
     reason: str
+    error: AttemptError | None = None
     outcome: ClassVar[Outcome] = Outcome.RETRY
 
 
 @dataclass(frozen=True, slots=True)
 class Dead:
-    """Park the job as dead, keeping ``reason`` beside it."""
+    """Park the job as dead, keeping ``reason`` beside it (and ``error``, as ``RetryIn``)."""
 
     reason: str
+    error: AttemptError | None = None
     outcome: ClassVar[Outcome] = Outcome.DEAD
 
 

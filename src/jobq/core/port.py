@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from jobq.core.attempts import AttemptError
 from jobq.core.job import Decision, Delivery
 
 
@@ -172,6 +173,7 @@ class DeadJob:
     last_error: str | None
     finished_at: datetime | str | None
     payload: Any  # parsed JSON, or the text cut short when it does not parse
+    errors: tuple[AttemptError, ...] = ()  # the latest failed attempts' (core/attempts.py)
 
 
 JOB_STATES = ("pending", "running", "dead", "done", "cancelled")
@@ -201,6 +203,7 @@ class JobInfo:
     worker: str | None = None
     key: str | None = None
     cancel_requested: bool = False
+    errors: tuple[AttemptError, ...] = ()  # the latest failed attempts', oldest first
 
 
 class Inspect(Protocol):

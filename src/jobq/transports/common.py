@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol, assert_never
 
 from jobq.config import mask_passwords
+from jobq.core.attempts import AttemptError
 from jobq.core.errors import ConnectionLost, TransportError
 from jobq.core.job import Ack, Cancelled, Dead, Decision, Delivery, Release, RetryIn
 
@@ -23,8 +24,9 @@ class Settles(Protocol):
     """A transport's way of carrying out each of the five decisions (``carry_out``)."""
 
     async def _ack(self, delivery: Delivery) -> None: ...
-    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None: ...
-    async def _dead(self, delivery: Delivery, reason: str) -> None: ...
+    async def _retry(self, delivery: Delivery, delay: float, reason: str,
+                     error: AttemptError | None) -> None: ...
+    async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None: ...
     async def _cancel(self, delivery: Delivery, reason: str) -> None: ...
     async def _release(self, delivery: Delivery) -> None: ...
 
@@ -36,10 +38,10 @@ def carry_out(transport: Settles, delivery: Delivery,
     match decision:
         case Ack():
             return transport._ack(delivery)
-        case RetryIn(delay=delay, reason=reason):
-            return transport._retry(delivery, delay, reason)
-        case Dead(reason=reason):
-            return transport._dead(delivery, reason)
+        case RetryIn(delay=delay, reason=reason, error=error):
+            return transport._retry(delivery, delay, reason, error)
+        case Dead(reason=reason, error=error):
+            return transport._dead(delivery, reason, error)
         case Cancelled(reason=reason):
             return transport._cancel(delivery, reason)
         case Release():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from jobq.core.attempts import ERRORS_KEPT, AttemptError
 from jobq.core.due import due_problem, wait_of
 from jobq.core.errors import ConfigError, MalformedJob
 from jobq.core.job import Decision, Delivery, Job
@@ -36,6 +37,13 @@ class Entry:
     history: list[str] = field(default_factory=list)
     priority: int = 0  # 0-9: a due job of a higher one is handed out first
     isolate: bool = False  # its consumer was lost while it ran: it runs alone next time
+    errors: list[AttemptError] = field(default_factory=list)  # the latest attempts' errors
+
+    def failed(self, reason: str, error: AttemptError | None) -> None:
+        """Keep ``reason`` as the last error and ``error`` in the history (attempts.py)."""
+        self.last_error = reason
+        if error is not None:
+            self.errors = [*self.errors, error][-ERRORS_KEPT:]
 
 
 class MemoryStore:
@@ -128,15 +136,16 @@ class MemoryTransport:
         """Mark done."""
         self._settle(delivery, "done", "ack")
 
-    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str,
+                     error: AttemptError | None) -> None:
         """Back to pending after ``delay``."""
         entry = self._settle(delivery, "pending", "retry")
         entry.run_at = time.monotonic() + delay
-        entry.last_error = reason
+        entry.failed(reason, error)
 
-    async def _dead(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
         """Mark dead with the reason."""
-        self._settle(delivery, "dead", "dead").last_error = reason
+        self._settle(delivery, "dead", "dead").failed(reason, error)
 
     async def quiesce(self) -> None:
         """Nothing is pushed or taken ahead here: only recorded, for tests."""

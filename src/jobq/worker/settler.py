@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 
+from jobq.core.attempts import AttemptError
 from jobq.core.errors import (
     InvalidArguments,
     JobCancelled,
@@ -72,6 +73,17 @@ def decide(policy: RetryPolicy, error: BaseException, job: Job) -> RetryIn | Dea
         return RetryIn(delay, f"{failed} retried with backoff)")
 
 
+def failed(policy: RetryPolicy, error: BaseException, job: Job) -> RetryIn | Dead | Cancelled:
+    """``decide``, with the record of ``error`` for the job's history on a retry or dead."""
+    decision = decide(policy, error, job)
+    if isinstance(decision, Cancelled):
+        return decision
+    record = AttemptError.of(error, job.attempt, trace=not isinstance(error, _NO_TRACE))
+    if isinstance(decision, RetryIn):
+        return RetryIn(decision.delay, decision.reason, record)
+    return Dead(decision.reason, record)
+
+
 class Settler:
     """Decides each delivery's fate and settles it once; frees its slot whatever happens.
 
@@ -100,14 +112,14 @@ class Settler:
         if delivery.malformed is not None:
             error = MalformedJob(delivery.malformed)
         decision: Decision = (decide_fact(delivery.fact) if delivery.fact is not None
-                              else ACK if error is None else decide(self._policy, error, job))
+                              else ACK if error is None else failed(self._policy, error, job))
         carried = False
         try:
             try:
                 await self._transport.settle(delivery, decision)
             except SettleRejected as rejected:  # it failed after all: decided as a failure
                 error = rejected.cause
-                decision = decide(self._policy, error, job)
+                decision = failed(self._policy, error, job)
                 await self._transport.settle(delivery, decision)
             carried = True
         except TransportError as exc:

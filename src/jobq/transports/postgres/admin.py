@@ -10,6 +10,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
+from jobq.core.attempts import history
 from jobq.core.errors import ConfigError, TransportError
 from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
@@ -134,8 +135,9 @@ class PostgresAdmin:
         """Dead jobs of the queue with their error, oldest first."""
         rows = await self._fetch("dead_list", {"queue": self._queue, "limit": limit})
         return [DeadJob(id=job_id, kind=kind, attempts=attempts, max_attempts=max_attempts,
-                        last_error=error, finished_at=finished, payload=shown_payload(payload))
-                for job_id, kind, attempts, max_attempts, error, finished, payload in rows]
+                        last_error=error, finished_at=finished, payload=shown_payload(payload),
+                        errors=tuple(history(errors)))
+                for job_id, kind, attempts, max_attempts, error, finished, payload, errors in rows]
 
     async def dead_requeue(self, ids: Sequence[str] | None = None, kind: str | None = None
                            ) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from jobq.core.attempts import history
 from jobq.core.errors import ConfigError, TransportError
 from jobq.core.port import JOB_STATES, JobInfo
 from jobq.transports.common import shown_payload
@@ -26,11 +27,12 @@ def job_id(text: str) -> int:
 
 def _info(row: Sequence[Any]) -> JobInfo:
     (ident, kind, state, payload, headers, attempts, max_attempts, error, created, run_at,
-     finished, worker, key, cancel_requested) = row
+     finished, worker, key, cancel_requested) = row[:14]
     return JobInfo(id=ident, kind=kind, state=state, payload=shown_payload(payload),
                    headers=shown_payload(headers), attempts=attempts, max_attempts=max_attempts,
                    last_error=error, created_at=created, run_at=run_at, finished_at=finished,
-                   worker=worker, key=key, cancel_requested=bool(cancel_requested))
+                   worker=worker, key=key, cancel_requested=bool(cancel_requested),
+                   errors=tuple(history(row[14])) if len(row) > 14 else ())
 
 
 class JobControl:

@@ -19,13 +19,14 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from jobq.core.attempts import AttemptError
 from jobq.core.errors import TransportError, describe
 from jobq.core.job import Delivery
 from jobq.transports.postgres.held import Lease, pairs
 from jobq.transports.postgres.lease_acks import Acks
 from jobq.transports.postgres.lease_run import Statements
 from jobq.transports.postgres.lease_state import LeaseState
-from jobq.transports.postgres.text import storable
+from jobq.transports.postgres.text import error_json, storable
 
 
 class LeaseSettler:
@@ -46,13 +47,16 @@ class LeaseSettler:
         batch's own coroutine, not one wrapped around it."""
         return self._acks.add(delivery.handle)
 
-    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
-        """Back to pending with ``run_at`` moved ``delay`` seconds ahead."""
-        await self._settle_one("retry", delivery, {"delay": delay, "reason": storable(reason)})
+    async def _retry(self, delivery: Delivery, delay: float, reason: str,
+                     error: AttemptError | None) -> None:
+        """Back to pending with ``run_at`` moved ``delay`` seconds ahead, ``error`` kept."""
+        await self._settle_one("retry", delivery, {"delay": delay, "reason": storable(reason),
+                                                   "error": error_json(error)})
 
-    async def _dead(self, delivery: Delivery, reason: str) -> None:
-        """Status dead, ``last_error`` = reason."""
-        await self._settle_one("dead", delivery, {"reason": storable(reason)})
+    async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
+        """Status dead, ``last_error`` = reason, ``error`` kept."""
+        await self._settle_one("dead", delivery, {"reason": storable(reason),
+                                                  "error": error_json(error)})
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Status cancelled, ``last_error`` = reason, the request deleted."""

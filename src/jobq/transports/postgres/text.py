@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+from jobq.core.attempts import AttemptError
 from jobq.core.errors import MalformedJob
 
 # NUL: a Postgres text value cannot hold it. A lone surrogate (U+D800-U+DFFF; in a Python str
@@ -24,3 +26,9 @@ def nul_free(*texts: str) -> None:
     if any(_NUL.search(text) for text in texts):
         raise MalformedJob("payload or headers contain a NUL character (\\u0000), which "
                            "PostgreSQL cannot store in jsonb")
+
+
+def error_json(error: AttemptError | None) -> str | None:
+    """``error`` as the one-entry JSON array a settle appends to the row's ``errors`` (its
+    texts are storable already: ``AttemptError.of``); None when the attempt raised nothing."""
+    return None if error is None else json.dumps([error.to_json()], ensure_ascii=False)

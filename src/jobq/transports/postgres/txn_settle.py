@@ -26,13 +26,14 @@ from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
+from jobq.core.attempts import AttemptError
 from jobq.core.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned
 from jobq.core.job import Delivery, Spent
 from jobq.transports.postgres.claims import OPEN, Claim, Conn
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.job_connection import HOW
 from jobq.transports.postgres.sql import Queries
-from jobq.transports.postgres.text import storable
+from jobq.transports.postgres.text import error_json, storable
 from jobq.transports.postgres.txn_hold import Holdings
 from jobq.transports.postgres.txn_schedule import Scheduler
 from jobq.transports.postgres.txn_state import TxnState
@@ -96,21 +97,22 @@ class TxnSettler:
         claim.ended = ("done", "pending")
         return TransactionOwned(ENDED)
 
-    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str,
+                     error: AttemptError | None) -> None:
         """Roll the handler's writes back; back to pending, due ``delay`` seconds from now."""
-        await self._fail(delivery.handle, "pending", delay, reason)
+        await self._fail(delivery.handle, "pending", delay, reason, error)
 
-    async def _dead(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
         """Roll the handler's writes back; status dead, ``last_error`` = reason. One whose
         attempts were spent before it ran is buried with the attempts its crashes used."""
         if isinstance(delivery.fact, Spent):
             await self._bury(delivery.handle, reason)
             return
-        await self._fail(delivery.handle, "dead", 0.0, reason)
+        await self._fail(delivery.handle, "dead", 0.0, reason, error)
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Roll the handler's writes back; status cancelled, the request deleted."""
-        await self._fail(delivery.handle, "cancelled", 0.0, reason)
+        await self._fail(delivery.handle, "cancelled", 0.0, reason, None)
 
     async def _release(self, delivery: Delivery) -> None:
         """Roll back, unlocking the job for others at once; its attempt does not count."""
@@ -131,11 +133,13 @@ class TxnSettler:
         await self._hold.let_go(claim)
         self._state.wake.set()  # a receive waiting for a free worker slot may go on
 
-    async def _fail(self, claim: Claim, status: str, delay: float, reason: str) -> None:
+    async def _fail(self, claim: Claim, status: str, delay: float, reason: str,
+                    error: AttemptError | None) -> None:
         # Back to the savepoint taken with the claim: the handler's writes are undone, the
         # row stays locked while the failure is written, and all of it is one round trip.
         async with self._settling(claim, {"pending": "retry"}.get(status, status)):
-            params = {"id": claim.job_id, "status": status, "delay": delay, "reason": storable(reason)}
+            params = {"id": claim.job_id, "status": status, "delay": delay,
+                      "reason": storable(reason), "error": error_json(error)}
             if not claim.ended and claim.conn.info.transaction_status in OPEN:
                 try:
                     await psycopg.AsyncClientCursor(claim.conn).execute(self._fail_sql, params)

@@ -18,6 +18,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
+from jobq.core import attempts
 from jobq.core.errors import ConfigError, TransportError
 from jobq.core.port import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
@@ -54,15 +55,14 @@ def dead_row(message: AbstractIncomingMessage) -> DeadJob:
         max_attempts=_count(headers.get(MAX_ATTEMPTS)),
         last_error=None if error is None else as_text(error),
         finished_at=finished if finished is None or isinstance(finished, datetime | str)
-        else as_text(finished),
-        payload=shown_payload(message.body),
-    )
+        else as_text(finished), payload=shown_payload(message.body),
+        errors=tuple(attempts.history(headers.get(attempts.HEADER))))
 
 
 def _as_info(dead: DeadJob) -> JobInfo:
     return JobInfo(id=dead.id, kind=dead.kind, state="dead", payload=dead.payload,
                    attempts=dead.attempts, max_attempts=dead.max_attempts,
-                   last_error=dead.last_error, finished_at=dead.finished_at)
+                   last_error=dead.last_error, finished_at=dead.finished_at, errors=dead.errors)
 
 
 def dead_at(message: AbstractIncomingMessage) -> datetime | None:

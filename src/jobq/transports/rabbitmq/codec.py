@@ -9,9 +9,8 @@ header table as a 32-bit float, which at today's epoch is 128 seconds coarse.
 A crash redelivery (``redelivered``; on quorum queues also ``x-delivery-count`` > 0) never
 runs: the consumer copies it forward marked ``x-jobq-isolate`` (on a classic queue its first
 one ``x-jobq-suspect``; see ``crashes``), so the attempt is the header alone and every copy
-carries the count durably.
-New jobs (``encode_job``) and the consumer's retry / dead-letter / release copies
-(``republish``) get their properties from one place (``properties``).
+carries the count durably. New jobs (``encode_job``) and the consumer's retry / dead-letter /
+release copies (``republish``) get their properties from one place (``properties``).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import aio_pika
 from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
+from jobq.core.attempts import HEADER_BUDGET
 from jobq.core.due import wait_of
 from jobq.core.job import Job
 from jobq.core.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
@@ -57,10 +57,10 @@ _DEFAULT_LIMITS = LimitsConfig()
 # broker's default frame_max (128 KiB) with room for jobq's own headers.
 FORWARD_HEADERS = 96 * 1024
 # jobq's own headers (x-jobq-*) are not the user's: limits.max_headers leaves them out, at both
-# ends. What jobq writes is small (counters, times, at most two reasons of errors.describe's
-# 4,000 characters each); more than this on a received message came from someone else.
+# ends. jobq writes counters, times, two reasons of 4,000 characters at most, the attempts'
+# errors (attempts.HEADER_BUDGET): more came from someone else. With FORWARD_HEADERS < frame_max.
 OWN_PREFIX = "x-jobq-"
-OWN_HEADERS = 12 * 1024
+OWN_HEADERS = 12 * 1024 + HEADER_BUDGET
 CONTENT_TYPE = "application/json"
 PERSISTENT = int(aio_pika.DeliveryMode.PERSISTENT)
 # Headers jobq or the broker own: never handed to the handler as the job's headers, and

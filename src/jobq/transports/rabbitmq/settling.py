@@ -17,9 +17,12 @@ Every copy goes through forwarding.py (confirmed before the original's ack).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from jobq.core.attempts import HEADER as ERRORS
+from jobq.core.attempts import AttemptError, appended
 from jobq.core.job import Delivery
 from jobq.transports.rabbitmq.alone import AloneQueue
 from jobq.transports.rabbitmq.codec import ATTEMPT, DUE, MARKS, due_ms
@@ -49,7 +52,8 @@ class Settler:
         else:
             self._state.stale += 1
 
-    async def _retry(self, delivery: Delivery, delay: float, reason: str) -> None:
+    async def _retry(self, delivery: Delivery, delay: float, reason: str,
+                     error: AttemptError | None) -> None:
         """Publish to the tier for ``delay`` (confirmed), then ack the original.
 
         The crash marks are dropped: the job failed cleanly, it did not crash.
@@ -57,6 +61,7 @@ class Settler:
         job = delivery.job
         headers: dict[str, Any] = {ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
                                    "x-jobq-last-error": reason}
+        _keep(headers, delivery, error)
         tier = None
         if delay > 0:
             headers[DUE] = due_ms(time.time() + delay)
@@ -67,15 +72,17 @@ class Settler:
         finally:
             self._done()
 
-    async def _dead(self, delivery: Delivery, reason: str) -> None:
+    async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
         job = delivery.job
+        headers: dict[str, Any] = {
+            ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
+            "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
+            "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        _keep(headers, delivery, error)
         try:
-            await self._forwarder.forward(delivery, self._topology.dlx, self._topology.queue, {
-                ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
-                "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
-                "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")},
-                drop=(*MARKS, DUE))
+            await self._forwarder.forward(delivery, self._topology.dlx, self._topology.queue,
+                                          headers, drop=(*MARKS, DUE))
         finally:
             self._done()
 
@@ -99,3 +106,11 @@ class Settler:
         inbox.out -= 1
         if not inbox.out and self._alone.due:
             inbox.wake()
+
+
+def _keep(headers: dict[str, Any], delivery: Delivery, error: AttemptError | None) -> None:
+    """The attempt's error added to the history the message carries (attempts.py), if it
+    raised one; else the history travels on as it came."""
+    if error is not None:
+        came = delivery.handle.message.header.properties.headers
+        headers[ERRORS] = appended(came.get(ERRORS) if isinstance(came, Mapping) else None, error)

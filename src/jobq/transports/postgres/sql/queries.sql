@@ -106,7 +106,8 @@ RETURNING j.id, j.locked_by;
 -- claim that holds the job (token: see ack). An isolated job stays isolated until it ends.
 -- A job an operator asked to cancel (migration 10) that failed before its consumer saw the
 -- request ends cancelled instead: never retried. The request stays for `jobq jobs cancel` to
--- clear (cancels_stale).
+-- clear (cancels_stale). The attempt's error, if it raised one, joins the job's history
+-- (migration 12): the latest 10 kept, core/attempts.py's ERRORS_KEPT (so dead and txn_fail).
 UPDATE {jobs}
    SET status = CASE WHEN EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
                      THEN 'cancelled' ELSE 'pending' END,
@@ -114,6 +115,9 @@ UPDATE {jobs}
                           THEN now() END,
        run_at = now() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
+       errors = CASE WHEN %(error)s::jsonb IS NULL THEN errors
+                     ELSE jsonb_path_query_array(coalesce(errors, '[]') || %(error)s::jsonb,
+                                                 '$[last - 9 to last]') END,
        locked_until = NULL,
        locked_by = NULL
  WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
@@ -127,6 +131,9 @@ UPDATE {jobs}
    SET status = CASE WHEN EXISTS (SELECT FROM {cancels} WHERE job_id = %(id)s)
                      THEN 'cancelled' ELSE 'dead' END,
        last_error = %(reason)s, finished_at = now(),
+       errors = CASE WHEN %(error)s::jsonb IS NULL THEN errors
+                     ELSE jsonb_path_query_array(coalesce(errors, '[]') || %(error)s::jsonb,
+                                                 '$[last - 9 to last]') END,
        locked_until = NULL, locked_by = NULL
  WHERE id = %(id)s AND status = 'running' AND locked_by = %(token)s
 RETURNING id;
@@ -357,6 +364,9 @@ UPDATE {jobs} AS j
    SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s, locked_until = NULL,
+       errors = CASE WHEN %(error)s::jsonb IS NULL THEN j.errors
+                     ELSE jsonb_path_query_array(coalesce(j.errors, '[]') || %(error)s::jsonb,
+                                                 '$[last - 9 to last]') END,
        finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
   FROM final
  WHERE j.id = %(id)s;
@@ -386,6 +396,9 @@ UPDATE {jobs} AS j
    SET status = final.status,
        run_at = clock_timestamp() + make_interval(secs => %(delay)s),
        last_error = %(reason)s,
+       errors = CASE WHEN %(error)s::jsonb IS NULL THEN j.errors
+                     ELSE jsonb_path_query_array(coalesce(j.errors, '[]') || %(error)s::jsonb,
+                                                 '$[last - 9 to last]') END,
        locked_until = NULL, attempts = %(attempt)s,
        finished_at = CASE WHEN final.status IN ('dead', 'cancelled') THEN clock_timestamp() END
   FROM final
@@ -517,7 +530,7 @@ SELECT pg_advisory_xact_lock(hashtext(%(key)s));
 -- name: dead_list
 -- The payload as text: a dead job may be one whose payload Python cannot parse (nested too
 -- deeply); the listing must still show it.
-SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text
+SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text, errors::text
   FROM {jobs}
  WHERE queue = %(queue)s AND status = 'dead'
  ORDER BY id
@@ -653,7 +666,7 @@ SELECT name, last_tick FROM {schedules} WHERE queue = %(queue)s;
 SELECT j.id, j.kind, CASE WHEN h.held THEN 'running' ELSE j.status END,
        j.payload::text, j.headers::text, j.attempts + h.held::int, j.max_attempts, j.last_error,
        j.created_at, j.run_at, j.finished_at, j.locked_by, j.key,
-       EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id)
+       EXISTS (SELECT FROM {cancels} AS c WHERE c.job_id = j.id), j.errors::text
   FROM {jobs} AS j,
        LATERAL (SELECT j.status = 'pending' AND j.locked_by IS NOT NULL
                        AND NOT EXISTS (SELECT FROM {jobs} AS l WHERE l.id = j.id

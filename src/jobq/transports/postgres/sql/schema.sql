@@ -176,3 +176,11 @@ CREATE TABLE IF NOT EXISTS {cancels} (
 ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS jobs_priority_idx ON {jobs} (queue, priority DESC, run_at, id)
     WHERE status = 'pending' AND priority > 0;
+
+-- migration: 12 each failed attempt's error
+-- A JSON array of the latest attempts' errors (attempt, at, type, message, traceback; see
+-- core/attempts.py), appended by the retry, dead and txn_fail statements when an attempt
+-- raised, shown by `jobq jobs show` and the dashboard. NULL until the first failure, so a job
+-- that never fails stores nothing and its ack writes nothing more; no claim reads it. Adding a
+-- column without a default rewrites no row.
+ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS errors jsonb;
