@@ -109,8 +109,11 @@ class TestWorker:
 @contextlib.asynccontextmanager
 async def worker(app: App, *, concurrency: int = 4) -> AsyncIterator[TestWorker]:
     """``app``'s enqueues kept in memory for the block, and a ``TestWorker`` to run them;
-    the app's start-up hooks run on the way in, its shutdown hooks on the way out."""
-    store = MemoryStore()
+    the app's start-up hooks run on the way in, its shutdown hooks on the way out. An app
+    open on ``transport: memory`` keeps its store: what it enqueued before the block (a web
+    request in the test, say) is there to assert and to drain."""
+    open_on = app.publisher
+    store = open_on.store if isinstance(open_on, MemoryPublisher) else MemoryStore()
     with app.using(MemoryPublisher(store)):
         async with app.serving():
             yield TestWorker(app, store, concurrency)

@@ -28,11 +28,10 @@ from jobq.wiring.container import (
     get_admin,
     get_publisher,
     get_ticks,
-    moving,
-    relaying,
     schema_sql,
     server_address,
 )
+from jobq.wiring.feeding import moving, relaying
 from jobq.worker.pausing import render_change, render_state
 
 log = logging.getLogger("jobq")

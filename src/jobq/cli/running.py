@@ -40,7 +40,12 @@ def settings_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         overrides["metrics.enabled"] = True
     from jobq.config import load_settings
 
-    return load_settings(args.config, overrides, env)
+    settings = load_settings(args.config, overrides, env)
+    if settings.transport == "memory":
+        raise ConfigError("transport 'memory' keeps jobs inside one Python process (tests: "
+                          "jobq.testing), where no command can reach them: use postgres or "
+                          "rabbitmq", key="transport")
+    return settings
 
 
 def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:

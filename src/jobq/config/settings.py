@@ -238,7 +238,8 @@ class LogConfig:
 class Settings:
     """Everything a jobq process needs, validated."""
 
-    transport: Literal["postgres", "rabbitmq"] = "postgres"
+    # "memory": jobs kept inside one Python process, for tests (jobq.testing); no command runs on it
+    transport: Literal["postgres", "rabbitmq", "memory"] = "postgres"
     queue: str = "default"
     # uvloop: ~10% less CPU per job than the stock loop (measured on the RabbitMQ consumer).
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"

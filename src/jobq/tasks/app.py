@@ -49,6 +49,11 @@ class App:
         self._observers: list[FailureHooks] = []
 
     @property
+    def publisher(self) -> Publisher | None:
+        """The publisher ``enqueue`` uses now; None while the app is not open."""
+        return self._publisher
+
+    @property
     def tasks(self) -> dict[str, Task[Any]]:
         """The tasks by kind."""
         return dict(self._tasks)

@@ -189,10 +189,11 @@ def through_json(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class MemoryPublisher:
-    """Publisher over a MemoryStore."""
+    """Publisher over a MemoryStore (``transport: memory``; ``jobq.testing``)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, *, max_attempts: int = 5) -> None:
         self.store = store
+        self._max_attempts = max_attempts  # a job's when it gives none (retry.max_attempts)
 
     async def open(self) -> None:
         """Nothing to connect."""
@@ -211,7 +212,7 @@ class MemoryPublisher:
         if problem:
             raise MalformedJob(problem)
         return self.store.add(job.kind, through_json(job.payload),
-                              max_attempts=job.max_attempts or 5,
+                              max_attempts=job.max_attempts or self._max_attempts,
                               delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,

@@ -14,7 +14,6 @@ every implementation against the Protocol those functions promise.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import inspect
@@ -28,8 +27,7 @@ from dependency_injector import containers, providers
 from jobq.config import Settings
 from jobq.core.errors import ConfigError
 from jobq.core.port import Admin, Publisher, Transport
-from jobq.feeds.move import Sink, Source
-from jobq.feeds.relay import Outbox, Relay
+from jobq.feeds.relay import Outbox
 from jobq.feeds.schedules import Schedule, Ticks, parse_schedules
 from jobq.observability.metrics import Metrics
 from jobq.observability.monitor import Monitor
@@ -53,7 +51,6 @@ if TYPE_CHECKING:
     from jobq.transports.memory import MemoryPublisher, MemoryTransport
     from jobq.transports.postgres.admin import PostgresAdmin
     from jobq.transports.postgres.lease import PostgresTransport
-    from jobq.transports.postgres.moves import PostgresMoves
     from jobq.transports.postgres.outbox import PostgresOutbox
     from jobq.transports.postgres.publisher import PostgresPublisher
     from jobq.transports.postgres.ticks import PostgresTicks
@@ -61,7 +58,6 @@ if TYPE_CHECKING:
     from jobq.transports.rabbitmq.admin import RabbitAdmin
     from jobq.transports.rabbitmq.connect import RabbitLink
     from jobq.transports.rabbitmq.consumer import RabbitTransport
-    from jobq.transports.rabbitmq.moves import RabbitMoves
     from jobq.transports.rabbitmq.publisher import RabbitPublisher
     from jobq.transports.rabbitmq.ticks import RabbitTicks
 
@@ -142,9 +138,12 @@ class Container(containers.DeclarativeContainer):
     rmq_copies_link = providers.Resource(rmq_link, settings=settings, role="copies",
                                          logger=providers.Callable(logging.getLogger,
                                                                    "jobq.rabbitmq"))
-    backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link)
+    # transport: memory (tests): the jobs of this container, in its process; nothing to connect
+    memory_store = providers.Singleton(lazy("jobq.transports.memory:MemoryStore"))
+    backend = providers.Selector(cfg.transport, postgres=pg_pool, rabbitmq=rmq_link,
+                                 memory=memory_store)
     transport_links = providers.Selector(cfg.transport, postgres=providers.Object(None),
-                                         rabbitmq=rmq_copies_link)
+                                         rabbitmq=rmq_copies_link, memory=providers.Object(None))
     # postgres.retention, carried out by the consumers (both claim modes) and `jobq prune`
     pg_pruner = providers.Singleton(
         lazy("jobq.transports.postgres.retention:Pruner"), pool=pg_pool, settings=cfg.postgres,
@@ -176,6 +175,8 @@ class Container(containers.DeclarativeContainer):
             publish_link=rmq_copies_link,
             job_timeout=cfg.consumer.job_timeout, concurrency=cfg.consumer.concurrency,
         ),
+        memory=providers.Singleton(lazy("jobq.transports.memory:MemoryTransport"),
+                                   memory_store, queue=cfg.queue),
     )
     publisher = providers.Selector(
         cfg.transport,
@@ -189,6 +190,8 @@ class Container(containers.DeclarativeContainer):
             link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
             max_attempts=cfg.retry.max_attempts, limits=cfg.limits,
         ),
+        memory=providers.Singleton(lazy("jobq.transports.memory:MemoryPublisher"), memory_store,
+                                   max_attempts=cfg.retry.max_attempts),
     )
     admin = providers.Selector(
         cfg.transport,
@@ -245,9 +248,12 @@ class Container(containers.DeclarativeContainer):
         RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
         jitter=cfg.retry.jitter,
     )
-    # Every consumer asks its admin whether the queue is paused, about every second.
-    pause_watch = providers.Singleton(PauseWatch, probe=admin.provided.paused,
-                                      logger=providers.Callable(logging.getLogger, "jobq.pause"))
+    # Every consumer asks its admin whether the queue is paused, about every second (memory:
+    # no admin, never paused).
+    watching = providers.Singleton(PauseWatch, probe=admin.provided.paused,
+                                   logger=providers.Callable(logging.getLogger, "jobq.pause"))
+    pause_watch = providers.Selector(cfg.transport, postgres=watching, rabbitmq=watching,
+                                     memory=providers.Object(None))
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
     tracing = providers.Singleton(job_tracing, settings=settings, metrics=metrics)
@@ -317,7 +323,10 @@ async def get_publisher(container: Container) -> Publisher:
 
 
 async def get_admin(container: Container) -> Admin:
-    """The configured backend's admin."""
+    """The configured backend's admin (none for ``transport: memory``: a ConfigError)."""
+    if container.settings().transport == "memory":
+        raise ConfigError("transport 'memory' has no admin: a test reads its jobs through "
+                          "jobq.testing", key="transport")
     await connect(container)
     admin: Admin = await resolve(container.admin())
     return admin
@@ -357,48 +366,6 @@ async def get_ticks(container: Container) -> Ticks:
     ticks: Ticks = await resolve(container.ticks())
     await ticks.open()
     return ticks
-
-
-@contextlib.asynccontextmanager
-async def relaying(container: Container, batch: int) -> AsyncIterator[Relay]:
-    """A relay from the PostgreSQL queue to RabbitMQ, both opened (grants checked, topology
-    declared), closed on the way out. With ``postgres.retention`` the relay prunes the queue's
-    done rows (the relayed jobs), as a consumer would: no consumer runs on a relayed queue."""
-    from jobq.transports.postgres.retention import start
-
-    await resolve(container.pg_pool())
-    await resolve(container.rmq_link())
-    outbox: PostgresOutbox = await resolve(container.pg_outbox())
-    publisher: RabbitPublisher = await resolve(container.relay_publisher())
-    settings: Settings = container.settings()
-    await outbox.open()
-    pruning = start(await resolve(container.pg_pruner()))
-    try:
-        await publisher.open()
-        try:
-            yield Relay(outbox, publisher.publish_valid, batch=batch,
-                        backoff=settings.connect.backoff(),
-                        logger=logging.getLogger("jobq.relay"))
-        finally:
-            await publisher.close()
-    finally:
-        for task in pruning:
-            task.cancel()
-        await asyncio.gather(*pruning, return_exceptions=True)
-        await outbox.close()
-
-
-@contextlib.asynccontextmanager
-async def moving(container: Container, source: str) -> AsyncIterator[tuple[Source, Sink]]:
-    """The two backends of ``jobq move``, opened (grants checked, topology declared):
-    ``source`` ("postgres" or "rabbitmq") and the other one."""
-    await resolve(container.pg_pool())
-    await resolve(container.rmq_link())
-    pg: PostgresMoves = await resolve(container.pg_moves())
-    rabbit: RabbitMoves = await resolve(container.rmq_moves())
-    await pg.open()
-    await rabbit.open()
-    yield (pg, rabbit) if source == "postgres" else (rabbit, pg)
 
 
 def server_address(settings: Settings) -> str:
