@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import os
 from dataclasses import dataclass
@@ -9,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import jobq
+from jobq.core.job import Decision
 
 
 @dataclass
@@ -29,7 +32,8 @@ def _write(line: dict[str, object]) -> None:
 
 def _record(args: Receipt, ctx: jobq.Context, event: str) -> None:
     _write({"id": ctx.job.id, "kind": ctx.job.kind, "attempt": ctx.attempt, "event": event,
-            "order_id": args.order_id, "to": args.to, "opened": ctx.state.opened})
+            "order_id": args.order_id, "to": args.to, "opened": ctx.state.opened,
+            "around": around.get()})
 
 
 @app.on_startup
@@ -63,3 +67,37 @@ async def send_receipt(args: Receipt, ctx: jobq.Context) -> None:
 def archive_receipt(args: Receipt, ctx: jobq.Context) -> None:
     """A plain ``def``: runs in one of the consumer's handler threads."""
     _record(args, ctx, "archived")
+
+
+# What a task sees of the middleware around it: set there, read in the task (same job task).
+around: contextvars.ContextVar[str] = contextvars.ContextVar("around", default="")
+
+
+@app.middleware
+async def stamp(job: jobq.Job, call_next: jobq.CallNext) -> None:
+    """Around each run: a context the task reads, and a record after it, however it ended."""
+    token = around.set(f"stamped {job.id}")
+    ended = "raised"
+    try:
+        await call_next(job)
+        ended = "returned"
+    finally:
+        around.reset(token)
+        _write({"event": "after", "id": job.id, "ended": ended})
+
+
+class Outcomes(jobq.Middleware):
+    """After each decision, carried out: what the worker decided."""
+
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
+                job: jobq.Job) -> None:
+        _write({"event": "settled", "id": job.id, "outcome": decision.outcome.value})
+
+
+app.middleware(Outcomes())
+
+
+@app.task(timeout=0.3, retries=0)
+async def slow(args: Receipt, ctx: jobq.Context) -> None:
+    """Runs past its timeout: cancelled at 0.3 s, the attempt fails, and it has no retries."""
+    await asyncio.sleep(30)

@@ -22,10 +22,11 @@ from jobq.core.job import Delivery, Job, Outcome
 from jobq.core.port import NewJob
 
 if TYPE_CHECKING:  # imported on first use (below): `import jobq` stays light for the CLIs
-    from jobq.tasks import App, Context, Failure, Task
+    from jobq.tasks import App, CallNext, Context, Failure, Middleware, Task
 
 __all__ = [
     "App",
+    "CallNext",
     "ConfigError",
     "ConnectionLost",
     "Context",
@@ -35,6 +36,7 @@ __all__ = [
     "JobTooLarge",
     "JobqError",
     "MalformedJob",
+    "Middleware",
     "NewJob",
     "Outcome",
     "PermanentError",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_TASKS = frozenset({"App", "Context", "Failure", "Task"})
+_TASKS = frozenset({"App", "CallNext", "Context", "Failure", "Middleware", "Task"})
 
 
 def __getattr__(name: str) -> Any:

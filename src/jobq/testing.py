@@ -9,9 +9,10 @@ async def test_receipt_is_sent() -> None:
 ```
 
 The jobs go through the same code as in production: the app's start-up and shutdown hooks
-run around the block, the arguments are encoded to JSON and validated at enqueue and again
-at run, the pool and its settler decide every outcome, the failure hooks hear of each failed
-attempt; only the queue is the in-memory one (``jobq.transports.memory``).
+run around the block, its middleware around each run and after each decision, the arguments
+are encoded to JSON and validated at enqueue and again at run, the pool and its settler
+decide every outcome, the failure hooks hear of each failed attempt; only the queue is the
+in-memory one (``jobq.transports.memory``).
 
 ``eager(app)`` is for a unit test of code that enqueues: each enqueue runs its task at once
 (an ``async def`` in the caller's task, a plain ``def`` in a thread of its own, awaited) and
@@ -27,11 +28,13 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from jobq.core.job import Job
+from jobq.core.job import Decision, Job
 from jobq.core.port import NewJob
 from jobq.tasks.app import App
+from jobq.tasks.hooks import FailureHooks
 from jobq.tasks.task import Task
 from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport, through_json
+from jobq.worker.middleware import observer_of, wrapped
 from jobq.worker.pool import WorkerPool
 from jobq.worker.processor import Handler
 from jobq.worker.retry import RetryPolicy
@@ -78,7 +81,8 @@ class TestWorker:
         """
         errors: list[BaseException] = []
         threads = HandlerThreads(self._concurrency)
-        run = self.app.consumer_handler(threads)
+        middleware = self.app.consumer_middleware()
+        run = wrapped(middleware, self.app.consumer_handler(threads))
 
         async def handle(job: Job) -> None:
             try:
@@ -87,23 +91,37 @@ class TestWorker:
                 errors.append(exc)
                 raise
 
-        hooks = self.app.failure_hooks(None)
         try:
-            stats = await self._pool(handle, hooks).run()
-            if hooks is not None:
-                await hooks.wait()  # the async failure hooks of this drain have ended
+            stats = await self._pool(handle, observer_of(middleware, _NOBODY)).run()
+            for hooks in middleware:
+                if isinstance(hooks, FailureHooks):
+                    await hooks.wait()  # the async failure hooks of this drain have ended
         finally:
             threads.shutdown()
         if raise_errors and errors:
             raise errors[0]
         return stats
 
-    def _pool(self, handler: Handler, observer: PoolObserver | None) -> WorkerPool:
+    def _pool(self, handler: Handler, observer: PoolObserver) -> WorkerPool:
         return WorkerPool(MemoryTransport(self.store), handler,
                           RetryPolicy(base_delay=0.0, max_delay=0.0, jitter=False),
                           concurrency=self._concurrency, buffer_size=self._concurrency,
                           job_timeout=300.0, shutdown_timeout=5.0, poll_timeout=0.01, once=True,
                           observer=observer)
+
+
+class _Nobody:
+    """The last observer of a test's pool: no metrics to count into."""
+
+    def settled(self, decision: Decision, duration: float, error: BaseException | None,
+                job: Job) -> None:
+        """Nothing to count."""
+
+    def gauges(self, in_flight: int, buffered: int) -> None:
+        """Nothing to show."""
+
+
+_NOBODY = _Nobody()
 
 
 @contextlib.asynccontextmanager

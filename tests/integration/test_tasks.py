@@ -50,6 +50,8 @@ def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retri
                                                      queue=backend.queue)
             await tasks_app.archive_receipt.enqueue(tasks_app.Receipt(3, "b@example.com"),
                                                     queue=backend.queue)
+            await tasks_app.slow.enqueue(tasks_app.Receipt(4, "c@example.com"),
+                                         queue=backend.queue)
 
     asyncio.run(enqueue())
     backend.env["JOBQ_TEST_RECORD"] = str(tmp_path)
@@ -58,8 +60,10 @@ def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retri
         stderr = consuming(consumer)
         assert "(concurrency 32, app tests.tasks_app:app)" in stderr.text()
         stderr.wait_for(r"job \S+ \(send_receipt\) attempt 3/3 dead after", 30)
+        stderr.wait_for(r"job \S+ \(slow\) attempt 1/1 dead after", 30)
         assert wait_until(lambda: len(ran(tmp_path)) == 3, 30), records(tmp_path)
-        assert wait_until(lambda: len(events(tmp_path, "failure")) == 3, 30), records(tmp_path)
+        assert wait_until(lambda: len(events(tmp_path, "failure")) == 4, 30), records(tmp_path)
+        assert wait_until(lambda: len(events(tmp_path, "settled")) == 7, 30), records(tmp_path)
     finally:
         consumer.send_signal(signal.SIGTERM)
         assert consumer.wait(timeout=30) == 0, stderr.text()
@@ -71,12 +75,30 @@ def test_typed_tasks_run_by_kind_and_a_failing_one_ends_dead_after_its_own_retri
     (start,), (end,) = events(tmp_path, "startup"), events(tmp_path, "shutdown")
     assert records(tmp_path)[0] == start and records(tmp_path)[-1] == end
     assert {r["opened"] for r in ran(tmp_path)} == {end["opened"]} == {consumer.pid}
-    assert [(r["attempt"], r["outcome"]) for r in events(tmp_path, "failure")] == \
+    failing = [r for r in events(tmp_path, "failure") if r["id"] != slow_id(tmp_path)]
+    assert [(r["attempt"], r["outcome"]) for r in failing] == \
         [(1, "retried"), (2, "retried"), (3, "dead")]
-    assert all(r["error"] == "RuntimeError('no order -1')" for r in events(tmp_path, "failure"))
-    [dead] = backend.dead()
-    assert (dead["kind"], dead["attempts"]) == ("send_receipt", 3)
-    assert dead["last_error"] == "RuntimeError: no order -1 (gave up after 3 of 3 attempts)"
+    assert all(r["error"] == "RuntimeError('no order -1')" for r in failing)
+    dead = {row["kind"]: row for row in backend.dead()}
+    assert sorted(dead) == ["send_receipt", "slow"], dead
+    assert dead["send_receipt"]["attempts"] == 3
+    assert dead["send_receipt"]["last_error"] == \
+        "RuntimeError: no order -1 (gave up after 3 of 3 attempts)"
+    # The task's own timeout: cancelled at 0.3 s, its one attempt failed, dead (retries=0).
+    assert dead["slow"]["last_error"] == ("JobTimeout: task 'slow' ran past its timeout of "
+                                          "0.3s (gave up after 1 of 1 attempts)")
+    # The middleware: around every run (its context seen by the task, a plain def's thread
+    # included; its record after each attempt, however it ended), and after each decision.
+    assert all(r["around"] == f"stamped {r['id']}" for r in ran(tmp_path)), ran(tmp_path)
+    assert sorted(r["ended"] for r in events(tmp_path, "after")) == ["raised"] * 4 + \
+        ["returned"] * 3
+    assert sorted(r["outcome"] for r in events(tmp_path, "settled")) == \
+        ["dead", "dead", "ok", "ok", "ok", "retried", "retried"]
+
+
+def slow_id(directory: Path) -> object:
+    (slow,) = [r for r in events(directory, "failure") if "JobTimeout" in str(r["error"])]
+    return slow["id"]
 
 
 def test_consumer_imports_an_app_or_a_processor_from_the_current_directory(

@@ -24,6 +24,7 @@ from jobq.core.job import Decision, Job, Outcome
 from jobq.core.port import Depth, Health
 from jobq.observability.metrics_jobs import JobCounts
 from jobq.observability.metrics_kinds import KindCounts
+from jobq.worker.middleware import Middleware
 
 STOP_TIMEOUT = 2.0  # seconds stop_serving waits for the serving loop to end
 CLIENT_TIMEOUT = 10.0  # seconds a metrics client may stay silent in the middle of a request
@@ -97,8 +98,9 @@ class _TransportCounters(Collector):
             yield family
 
 
-class Metrics:
-    """The pool's observer: jobs by outcome, errors by type, duration, latency, depth, readiness."""
+class Metrics(Middleware):
+    """The pool's observer, middleware whose ``settled`` counts (worker/middleware.py): jobs by
+    outcome, errors by type, duration, latency; and depth, readiness."""
 
     def __init__(self, transport: str, queue: str, kinds: Iterable[str] = ()) -> None:
         self.registry = r = CollectorRegistry()

@@ -4,7 +4,7 @@ to the enqueue that made it.
 The producer side (``TracedPublisher``) opens a PRODUCER span per enqueue call and writes its
 context into every job's headers as W3C ``traceparent`` (and ``tracestate``), which both
 backends carry with the job (a PostgreSQL row's ``headers``, a RabbitMQ message's headers).
-The consumer side (``JobTracing``) wraps the handler: a CONSUMER span per run, child of the
+The consumer side (``JobTracing``, middleware: worker/middleware.py): a CONSUMER span per run, child of the
 producer's span when the job carries one, current while the handler runs (the handler's own
 spans nest in it), with the job's kind, id, attempt and, once the pool settled it, its outcome.
 The application sets up the SDK and its exporter; jobq uses the API only. With tracing off
@@ -21,8 +21,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from jobq.core.job import Decision, Job
 from jobq.core.port import NewJob, Publisher
-from jobq.worker.processor import Handler
-from jobq.worker.stats import PoolObserver
+from jobq.worker.middleware import CallNext, Middleware
 
 TRACER = "jobq"
 
@@ -74,51 +73,41 @@ class TracedPublisher:
             return ids
 
 
-class JobTracing:
-    """The consumer side: ``wrap`` the handler, and (as the pool's observer) end each job's
-    span with its outcome once the pool settled it."""
+class JobTracing(Middleware):
+    """The consumer side, as middleware: ``around`` runs the handler inside the job's span,
+    ``settled`` ends the span with its outcome once the pool settled it."""
 
-    def __init__(self, *, system: str, queue: str, observer: PoolObserver | None = None) -> None:
+    def __init__(self, *, system: str, queue: str) -> None:
         self._system = system
         self._queue = queue
-        self._next = observer  # the metrics, which observe the pool too
         self._tracer = trace.get_tracer(TRACER)
         self._open: dict[int, trace.Span] = {}  # id(job) -> its span, until settled
 
-    def wrap(self, handler: Handler) -> Handler:
-        """``handler`` run inside a CONSUMER span, child of the enqueue's span if it has one."""
-        async def traced(job: Job) -> None:
-            parent = propagate.extract(job.headers)
-            span = self._tracer.start_span(
-                f"{job.queue} process", context=parent, kind=SpanKind.CONSUMER,
-                attributes={"messaging.system": self._system,
-                            "messaging.destination.name": job.queue,
-                            "messaging.message.id": job.id, "jobq.kind": job.kind,
-                            "jobq.attempt": job.attempt, "jobq.max_attempts": job.max_attempts})
-            self._open[id(job)] = span
-            token = context.attach(trace.set_span_in_context(span))
-            try:
-                await handler(job)
-            except BaseException as exc:
-                span.record_exception(exc)
-                raise
-            finally:
-                context.detach(token)
-        return traced
+    async def around(self, job: Job, call_next: CallNext) -> None:
+        """The run inside a CONSUMER span, child of the enqueue's span if it has one."""
+        parent = propagate.extract(job.headers)
+        span = self._tracer.start_span(
+            f"{job.queue} process", context=parent, kind=SpanKind.CONSUMER,
+            attributes={"messaging.system": self._system,
+                        "messaging.destination.name": job.queue,
+                        "messaging.message.id": job.id, "jobq.kind": job.kind,
+                        "jobq.attempt": job.attempt, "jobq.max_attempts": job.max_attempts})
+        self._open[id(job)] = span
+        token = context.attach(trace.set_span_in_context(span))
+        try:
+            await call_next(job)
+        except BaseException as exc:
+            span.record_exception(exc)
+            raise
+        finally:
+            context.detach(token)
 
     def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
-        """End the job's span (if it ran) with the outcome; then tell the next observer."""
+        """End the job's span (if it ran) with the outcome."""
         span = self._open.pop(id(job), None)
         if span is not None:
             span.set_attribute("jobq.outcome", decision.outcome.value)
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             span.end()
-        if self._next is not None:
-            self._next.settled(decision, duration, error, job)
-
-    def gauges(self, in_flight: int, buffered: int) -> None:
-        """The next observer's."""
-        if self._next is not None:
-            self._next.gauges(in_flight, buffered)

@@ -7,6 +7,8 @@
   arguments.
 - ``hooks``: ``Failure`` and the hooks of an app: ``on_failure`` after each failed attempt,
   ``on_startup`` / ``on_shutdown`` around a consumer process.
+- ``app.middleware``: per-job middleware (``Middleware``, ``CallNext``: worker/middleware.py),
+  around each run and after each decision, as jobq's own tracing and metrics are.
 - ``sentry``: a failure hook that reports to Sentry (the ``jobq[sentry]`` extra).
 - ``arguments``: an argument type's codec: a dataclass (msgspec) or a pydantic model, checked
   at enqueue (an error at the call, nothing written) and at run (dead at once if invalid).
@@ -17,5 +19,6 @@ from __future__ import annotations
 from jobq.tasks.app import App
 from jobq.tasks.hooks import Failure
 from jobq.tasks.task import Context, Task
+from jobq.worker.middleware import CallNext, Middleware
 
-__all__ = ["App", "Context", "Failure", "Task"]
+__all__ = ["App", "CallNext", "Context", "Failure", "Middleware", "Task"]

@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import SimpleNamespace
 from typing import Any, TypeVar, overload
 
 from jobq.api import connect_publisher
 from jobq.config import Settings
 from jobq.core.errors import ConfigError
+from jobq.core.job import Job
 from jobq.core.port import NewJob, Publisher
 from jobq.tasks.arguments import Arguments
 from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks, shut_down
 from jobq.tasks.task import Task, TaskFunction, TaskOptions
+from jobq.worker.middleware import CallNext, Middleware
 from jobq.worker.processor import Handler
 from jobq.worker.routing import KindRouter
-from jobq.worker.stats import PoolObserver
 from jobq.worker.threads import HandlerThreads
 
 A = TypeVar("A")
 F = TypeVar("F", bound=FailureHook)
 H = TypeVar("H", bound=LifecycleHook)
+M = TypeVar("M", bound=Middleware | Callable[[Job, CallNext], Awaitable[None]])
 
 
 class App:
@@ -47,6 +49,7 @@ class App:
         self._on_startup: list[LifecycleHook] = []
         self._on_shutdown: list[LifecycleHook] = []
         self._observers: list[FailureHooks] = []
+        self._middleware: list[Middleware] = []
 
     @property
     def publisher(self) -> Publisher | None:
@@ -118,18 +121,20 @@ class App:
             raise
         await shut_down(self._observers, self._on_shutdown, self.state, raising=False)
 
-    def consumer_observer(self, next_observer: PoolObserver | None) -> PoolObserver | None:
-        """The pool's observer: the failure hooks (if any) ahead of ``next_observer``; the
-        async ones still running are awaited when ``serving`` ends."""
-        observer = self.failure_hooks(next_observer)
-        if observer is None:
-            return next_observer
-        self._observers.append(observer)
-        return observer
+    def middleware(self, middleware: M) -> M:
+        """Add per-job middleware (``jobq.Middleware``, worker/middleware.py) to the app's
+        consumers and ``jobq.testing``: ``app.middleware(Timing())``, or as a decorator on
+        ``async def around(job, call_next)``. They run in the order added."""
+        self._middleware.append(middleware if isinstance(middleware, Middleware)
+                                else _Around(middleware))
+        return middleware
 
-    def failure_hooks(self, next_observer: PoolObserver | None) -> FailureHooks | None:
-        """The failure hooks as a pool observer ahead of ``next_observer``; None without any."""
-        return FailureHooks(self._on_failure, next_observer) if self._on_failure else None
+    def consumer_middleware(self) -> list[Middleware]:
+        """One consumer's middleware: the failure hooks (if any), then those added; the async
+        failure hooks still running are awaited when ``serving`` ends."""
+        hooks = [FailureHooks(self._on_failure)] if self._on_failure else []
+        self._observers += hooks
+        return [*hooks, *self._middleware]
 
     async def __aenter__(self) -> App:
         await self.open()
@@ -177,6 +182,17 @@ class App:
         """The pool's handler for this app: each job to the task of its kind."""
         return KindRouter({kind: task.starter(threads) for kind, task in self._tasks.items()},
                           None, unknown="no task for kind {kind} (known: {known})")
+
+
+class _Around(Middleware):
+    """A plain ``async def around(job, call_next)`` as middleware."""
+
+    def __init__(self, around: Callable[[Job, CallNext], Awaitable[None]]) -> None:
+        self._around = around
+
+    async def around(self, job: Job, call_next: CallNext) -> None:
+        """The function's run."""
+        await self._around(job, call_next)
 
 
 def _argument_type(kind: str, function: Callable[..., object]) -> type[Any]:

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from jobq.core.errors import HookFailed
 from jobq.core.job import Cancelled, Dead, Decision, Job, RetryIn
 from jobq.worker.bounds import APP_HOOKS_BOUND
-from jobq.worker.stats import PoolObserver
+from jobq.worker.middleware import Middleware
 
 log = logging.getLogger("jobq.tasks")
 
@@ -50,28 +50,20 @@ def hook_name(hook: Callable[..., object]) -> str:
     return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
 
 
-class FailureHooks:
-    """A pool observer that calls the failure hooks, then hands every event to ``next``."""
+class FailureHooks(Middleware):
+    """The failure hooks as middleware (``settled`` only)."""
 
-    def __init__(self, hooks: list[FailureHook], next_observer: PoolObserver | None) -> None:
+    def __init__(self, hooks: list[FailureHook]) -> None:
         self._hooks = hooks
-        self._next = next_observer
         self._running: set[asyncio.Task[None]] = set()
 
     def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
-        """Call the hooks for a retry, a dead or a cancelled job; pass the event on."""
+        """Call the hooks for a retry, a dead or a cancelled job."""
         if isinstance(decision, RetryIn | Dead | Cancelled):
             failure = Failure(job, error, decision)
             for hook in self._hooks:
                 self._call(hook, failure)
-        if self._next is not None:
-            self._next.settled(decision, duration, error, job)
-
-    def gauges(self, in_flight: int, buffered: int) -> None:
-        """The next observer's."""
-        if self._next is not None:
-            self._next.gauges(in_flight, buffered)
 
     def _call(self, hook: FailureHook, failure: Failure) -> None:
         try:

@@ -39,7 +39,7 @@ from jobq.wiring.derived import (
     pool_buffer_max,
     rmq_prefetch,
 )
-from jobq.wiring.handling import handler, serving
+from jobq.wiring.handling import app_middleware, handler, serving
 from jobq.wiring.observing import job_tracing, metrics_server, monitor, observer
 from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
@@ -102,7 +102,6 @@ async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[A
         await pool.close()
 
 
-
 async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
                    ) -> AsyncIterator[RabbitLink]:
     """Connect to RabbitMQ (retrying an unreachable broker), close at shutdown.
@@ -120,7 +119,6 @@ async def rmq_link(settings: Settings, logger: logging.Logger, role: str = ""
         yield link
     finally:
         await link.close()
-
 
 
 class Container(containers.DeclarativeContainer):
@@ -256,12 +254,13 @@ class Container(containers.DeclarativeContainer):
                                      memory=providers.Object(None))
     # Plain-def handlers' threads: one per worker, owned (and shut down) by the pool.
     handler_threads = providers.Singleton(HandlerThreads, cfg.consumer.concurrency)
-    tracing = providers.Singleton(job_tracing, settings=settings, metrics=metrics)
+    tracing = providers.Singleton(job_tracing, settings=settings)
     app = providers.Singleton(task_source, cfg.consumer)  # consumer.app's jobq.App, or None
+    middleware = providers.Singleton(app_middleware, app)  # the app's, its failure hooks first
     worker_pool = providers.Singleton(
         WorkerPool,
         transport=transport,
-        handler=providers.Callable(handler, settings, handler_threads, tracing, app),
+        handler=providers.Callable(handler, settings, handler_threads, tracing, app, middleware),
         policy=policy,
         concurrency=cfg.consumer.concurrency,
         buffer_size=providers.Callable(pool_buffer, settings),
@@ -273,7 +272,7 @@ class Container(containers.DeclarativeContainer):
         once=cfg.consumer.once,
         stall_timeout=cfg.consumer.stall_timeout,
         threads=handler_threads,
-        observer=providers.Callable(observer, metrics, tracing, app),
+        observer=providers.Callable(observer, metrics, tracing, middleware),
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
         pause=pause_watch,
     )

@@ -5,19 +5,25 @@ shutdown hooks around the run."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from jobq.config import Settings
+from jobq.worker.middleware import Middleware, wrapped
+from jobq.worker.processor import Handler
 from jobq.worker.routing import TaskSource, build_handler
 from jobq.worker.threads import HandlerThreads
 
 
-def handler(settings: Settings, threads: HandlerThreads, tracing: Any,
-            source: TaskSource | None) -> Any:
+def app_middleware(source: TaskSource | None) -> list[Middleware]:
+    """An app's per-job middleware for this consumer (its failure hooks first); none without."""
+    return source.consumer_middleware() if source is not None else []
+
+
+def handler(settings: Settings, threads: HandlerThreads, tracing: Middleware | None,
+            source: TaskSource | None, middleware: list[Middleware]) -> Handler:
     """The configured processor (or per-kind processors, or an app's tasks), awaitable whatever
-    it is; inside a span per job with tracing on (``tracing``: a JobTracing, else None)."""
+    it is, inside the ``around`` of the tracing (when on) and of the app's ``middleware``."""
     built = build_handler(settings.consumer, threads, source)
-    return built if tracing is None else tracing.wrap(built)
+    return wrapped([*([tracing] if tracing is not None else []), *middleware], built)
 
 
 def serving(source: TaskSource | None) -> contextlib.AbstractAsyncContextManager[None]:

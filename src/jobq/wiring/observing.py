@@ -4,32 +4,32 @@ observe its pool, the /metrics server, the monitor (depth gauge, summary lines).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobq.config import Settings
 from jobq.core.port import Admin, Transport
 from jobq.observability.metrics import Metrics, serve, stop_serving
 from jobq.observability.monitor import Monitor
+from jobq.worker.middleware import Middleware, observer_of
 from jobq.worker.pool import WorkerPool
-from jobq.worker.routing import TaskSource
+from jobq.worker.stats import PoolObserver
 
 
-def job_tracing(settings: Settings, metrics: Metrics) -> Any:
-    """The consumer's tracing (tracing.enabled), observing the pool before the metrics do; None
-    when off, and then OpenTelemetry is not even imported."""
+def job_tracing(settings: Settings) -> Middleware | None:
+    """The consumer's tracing (tracing.enabled), middleware; None when off, and then
+    OpenTelemetry is not even imported."""
     if not settings.tracing.enabled:
         return None
     from jobq.observability.tracing import JobTracing
 
-    return JobTracing(system=settings.transport, queue=settings.queue, observer=metrics)
+    return JobTracing(system=settings.transport, queue=settings.queue)
 
 
-def observer(metrics: Metrics, tracing: Any, app: TaskSource | None) -> Any:
-    """What observes the pool: an app's failure hooks, then the tracing (which hands every
-    event on), else the metrics."""
-    first = tracing if tracing is not None else metrics
-    return app.consumer_observer(first) if app is not None else first
+def observer(metrics: Metrics, tracing: Middleware | None,
+             middleware: list[Middleware]) -> PoolObserver:
+    """What observes the pool: the ``settled`` of an app's middleware (its failure hooks
+    first), then the tracing's, then the metrics (alone when there is nothing else)."""
+    return observer_of([*middleware, *([tracing] if tracing is not None else [])], metrics)
 
 
 def metrics_server(settings: Settings, metrics: Metrics) -> Iterator[WSGIServer | None]:

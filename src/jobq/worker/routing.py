@@ -13,8 +13,8 @@ from typing import Any, Protocol
 from jobq.config import ConsumerConfig
 from jobq.core.errors import ConfigError, UnknownKind
 from jobq.core.job import Job
+from jobq.worker.middleware import Middleware
 from jobq.worker.processor import Handler, as_async, load_object, load_processor
-from jobq.worker.stats import PoolObserver
 from jobq.worker.threads import HandlerThreads
 
 
@@ -24,8 +24,8 @@ class TaskSource(Protocol):
     def consumer_handler(self, threads: HandlerThreads) -> Handler:
         """The pool's handler."""
 
-    def consumer_observer(self, next_observer: PoolObserver | None) -> PoolObserver | None:
-        """The pool's observer: the app's failure hooks ahead of ``next_observer``."""
+    def consumer_middleware(self) -> list[Middleware]:
+        """One consumer's per-job middleware: the app's failure hooks, then those it added."""
 
     def serving(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Its start-up hooks on the way in, its shutdown hooks on the way out."""
@@ -83,7 +83,7 @@ def task_source(consumer: ConsumerConfig) -> TaskSource | None:
         return None
     app = load_object(consumer.app, key="consumer.app")
     if not all(callable(getattr(app, name, None))
-               for name in ("consumer_handler", "consumer_observer", "serving")):
+               for name in ("consumer_handler", "consumer_middleware", "serving")):
         raise ConfigError(f"{consumer.app!r} is not a jobq.App (it has no tasks to run)",
                           key="consumer.app")
     source: TaskSource = app
