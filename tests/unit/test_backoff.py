@@ -98,3 +98,28 @@ async def test_pause_sleeps_the_whole_delay_without_stop() -> None:
     await pause(0.05, asyncio.Event())
     await pause(0.05)
     assert loop.time() - started >= 0.09
+
+
+async def test_a_cancel_that_a_try_swallowed_still_ends_the_retries() -> None:
+    # What asyncio.wait_for under aio-pika's connect can do: the try ends in its own error as
+    # the cancel arrives, and the cancel is lost. Before: the loop went on to its next try
+    # (CI saw a start-up cancelled by SIGTERM go on retrying an unreachable broker).
+    tries: list[int] = []
+    trying = asyncio.Event()
+
+    async def retrying() -> None:
+        async for attempt in Backoff(base=0.001, cap=0.001).attempts(50):
+            tries.append(attempt.number)
+            trying.set()
+            try:
+                await asyncio.sleep(0.05)  # the try
+            except asyncio.CancelledError:
+                pass  # swallowed: the try "failed" instead
+
+    task = asyncio.create_task(retrying())
+    await trying.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await task
+    assert tries == [1]

@@ -78,9 +78,11 @@ class Attempts:
         return self
 
     async def __anext__(self) -> Attempt:
-        """Pause after the previous try (if any), then hand out the next one."""
+        """Pause after the previous try (if any), then hand out the next one; none for a task
+        that was asked to stop (``raise_if_cancelled``)."""
         previous = self._current
         if previous is not None:
+            raise_if_cancelled()
             if previous.last or self._final:
                 raise StopAsyncIteration
             delay = previous.delay
@@ -96,6 +98,25 @@ class Attempts:
         number = 1 if previous is None else previous.number + 1
         self._current = Attempt(number, self._limit, self._backoff.delay(number))
         return self._current
+
+
+def raise_if_cancelled() -> None:
+    """CancelledError if the running task was cancelled and something swallowed it.
+
+    A try cut by a cancel can end in its own error instead: ``asyncio.wait_for`` (under
+    aio-pika's connect) returns the inner result when it is ready as the cancel arrives, and
+    the cancel is lost. The request stays counted (``Task.cancelling``), so a retry loop asks
+    here before its next try: a stop signal during a start-up retrying an unreachable server
+    was otherwise ignored until every attempt was spent.
+    """
+    if cancelled():
+        raise asyncio.CancelledError
+
+
+def cancelled() -> bool:
+    """Whether the running task has a cancel request pending (``raise_if_cancelled``)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def pause(delay: float, stop: asyncio.Event | None = None) -> None:

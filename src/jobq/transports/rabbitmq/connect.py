@@ -17,6 +17,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobq.config import ConnectConfig
+from jobq.core.backoff import cancelled
 from jobq.core.errors import ConnectionLost
 from jobq.transports import common
 from jobq.transports.rabbitmq import reading
@@ -160,6 +161,9 @@ class RabbitLink:
                 self._log.warning("cannot reach RabbitMQ at %s (attempt %s): %s; retrying in %.1fs",
                                   where, attempt, describe_amqp(exc), attempt.delay)
                 continue
+            if cancelled():  # connected as a cancel came, which the connect swallowed
+                await conn.close()
+                raise asyncio.CancelledError
             self._conn = conn
             self._lost = False
             self._set_blocked(False, "")
