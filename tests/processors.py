@@ -302,3 +302,19 @@ def kinds(directory: str) -> Any:
         out.write(f"{job.kind}\n")
 
     return handle
+
+
+def held(directory: str, gate: str) -> Any:
+    """Write ``start <queue> <id>`` to ``directory/<pid>.held``, wait until the file ``gate``
+    exists (the test decides when), then write ``end <queue> <id>``: how many ran at once."""
+    out = appending(directory, "held")
+    opened = Path(gate)
+
+    async def handle(job: Job) -> None:
+        out.write(f"start {job.queue} {job.id}\n")
+        # A file another process makes: no asyncio.Event can see it, so it is looked for.
+        while not opened.exists():  # noqa: ASYNC110, ASYNC240 - a stat, polled
+            await asyncio.sleep(0.02)
+        out.write(f"end {job.queue} {job.id}\n")
+
+    return handle

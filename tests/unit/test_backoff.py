@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -111,10 +112,8 @@ async def test_a_cancel_that_a_try_swallowed_still_ends_the_retries() -> None:
         async for attempt in Backoff(base=0.001, cap=0.001).attempts(50):
             tries.append(attempt.number)
             trying.set()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed: the try "failed"
                 await asyncio.sleep(0.05)  # the try
-            except asyncio.CancelledError:
-                pass  # swallowed: the try "failed" instead
 
     task = asyncio.create_task(retrying())
     await trying.wait()

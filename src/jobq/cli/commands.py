@@ -28,9 +28,8 @@ from jobq.wiring.container import (
     get_admin,
     get_publisher,
     get_ticks,
-    schema_sql,
-    server_address,
 )
+from jobq.wiring.derived import schema_sql, server_address
 from jobq.wiring.feeding import moving, relaying
 from jobq.worker.pausing import render_change, render_state
 

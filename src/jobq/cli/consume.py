@@ -1,5 +1,6 @@
-"""``consumer``: the worker pool run until a stop signal (or drained with --once), its start-up
-abandoned cleanly if the signal comes first, its summary logged (and written with --stats-json)."""
+"""``consumer``: the worker pool (a pool per queue with ``consumer.queues``) run until a stop
+signal (or drained with --once), its start-up abandoned cleanly if the signal comes first, its
+summary logged (and written with --stats-json)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,33 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from jobq.api import wired
 from jobq.config import Settings
+from jobq.core.port import Transport
 from jobq.feeds.schedules import scheduling
+from jobq.observability.metrics import Metrics
+from jobq.observability.monitor import Monitor
 from jobq.observability.stacks import stacks_on_signal
 from jobq.wiring.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.wiring.container import (
+    Container,
     app_serving,
     get_observers,
     get_schedules,
     get_ticks,
     get_transport,
     get_worker_pool,
+    show_metrics,
 )
+from jobq.wiring.derived import queue_settings
 from jobq.wiring.startup import open_transport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.routing import describe_handler, require_processor
+from jobq.worker.stats import PoolStats
 
 log = logging.getLogger("jobq")
 
@@ -49,11 +59,13 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
                   backstop: Backstop | None = None) -> int:
     """Run the worker pool until stopped (or drained with --once); 130 after a forced stop.
 
-    SIGTERM/SIGINT are handled from the first moment: before the pool runs (connecting,
-    retrying an unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs
-    every task's and thread's stack. No processor configured: a config error (exit 2).
-    ``backstop`` is armed at the first signal with ``shutdown_bound`` and when the pool stops
-    with ``closing_bound``: past them the process logs its stacks and exits (backstop.py).
+    A pool per queue with ``consumer.queues`` (each with its own share of concurrency and its
+    own connections, as a process of its own would have), stopped together. SIGTERM/SIGINT
+    are handled from the first moment: before the pools run (connecting, retrying an
+    unreachable server) a signal abandons the start-up and exits 0. SIGUSR1 logs every task's
+    and thread's stack. No processor configured: a config error (exit 2). ``backstop`` is
+    armed at the first signal with ``shutdown_bound`` and when the pools stop with
+    ``closing_bound``: past them the process logs its stacks and exits (backstop.py).
     """
     require_processor(settings.consumer)
     pools: list[WorkerPool] = []
@@ -69,7 +81,8 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
             if len(stopping) == 1:
                 log.info("stop signal: running jobs may finish within %gs; jobs taken but not "
                          "started are handed back", settings.consumer.shutdown_timeout)
-            pools[0].stop()
+            for pool in pools:
+                pool.stop()
             return
         # Still starting (connecting, perhaps retrying an unreachable server): nothing was
         # received, so nothing needs handing back or flushing. Cancelling the start-up unwinds
@@ -86,48 +99,131 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
     return 0
 
 
+@dataclass
+class _Queue:
+    """One queue of the process: its settings, pool, transport and observers."""
+
+    settings: Settings
+    pool: WorkerPool
+    transport: Transport
+    metrics: Metrics
+    monitor: Monitor
+    server: WSGIServer | None
+    stats: PoolStats | None = None
+
+
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
                    stopping: list[float], backstop: Backstop | None) -> int:
-    # An app's start-up hooks run before the transport opens, its shutdown hooks once closed.
-    async with wired(settings) as container, app_serving(container):
-        pool = await get_worker_pool(container)
-        transport = await get_transport(container)
-        metrics, server, monitor = await get_observers(container)
-        schedules = get_schedules(container)
-        ticks = await get_ticks(container) if schedules else None
-        await pool.look_at_pause()
-        await open_transport(transport, settings.connect, log)
-        pools.append(pool)
+    async with contextlib.AsyncExitStack() as stack:
+        every = queue_settings(settings)
+        containers = [await stack.enter_async_context(wired(s)) for s in every]
+        # An app's start-up hooks run before a transport opens, its shutdown hooks once closed.
+        await stack.enter_async_context(app_serving(containers[0]))
+        queues = [await _start(container, n == 0) for n, container in enumerate(containers)]
+        for queue in queues[1:]:  # one server shows every queue's metrics
+            show_metrics(containers[0], queue.metrics)
+        await _open_all(queues)
+        pools += [queue.pool for queue in queues]
         if stopping:
             # A signal came during the start-up and its cancel did not end it (a library on
             # the way caught the CancelledError; seen once in 40 fault-suite runs: the
             # consumer then ran on, deaf to that SIGTERM): stop now, gracefully.
-            pool.stop()
-        metrics.ready = True
-        monitor.start()
-        log.info("consuming queue %r on %s (concurrency %d, %s%s)", settings.queue, settings.transport,
-                 settings.consumer.concurrency, describe_handler(settings.consumer),
-                 f"; metrics on {settings.metrics.host}:{server.server_port}" if server else "")
+            for pool in pools:
+                pool.stop()
+        _ready(queues)
+        schedules = get_schedules(containers[0])
+        ticks = await get_ticks(containers[0]) if schedules else None
         try:
             async with scheduling(schedules, ticks, log):
-                stats = await pool.run()
+                await _run(queues)
         finally:
             if backstop is not None:
                 backstop.arm(closing_bound(settings))
-            metrics.ready = False
-            await monitor.stop()
-            await transport.close()
             shutdown = round(time.monotonic() - stopping[0], 3) if stopping else None
-            if shutdown is not None:
-                metrics.shutdown(shutdown)
-        forced = pool.forced
-    summary = {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
-               "cancelled": stats.cancelled, "released": stats.released,
-               "settle_failures": stats.settle_failures,
-               "jobs_per_second": round(stats.rate(), 1),
-               "seconds": round(time.monotonic() - stats.started_at, 3),
-               "shutdown_seconds": shutdown}
+            for queue in queues:
+                await _close(queue, shutdown)
+    await _report(queues, stats_json, shutdown)
+    return 130 if any(queue.pool.forced for queue in queues) else 0
+
+
+async def _start(container: Container, serving: bool) -> _Queue:
+    """One queue's pool, transport and observers; ``serving``: start the metrics server too
+    (the first queue's, which shows every queue's metrics)."""
+    settings: Settings = container.settings()
+    pool = await get_worker_pool(container)
+    transport = await get_transport(container)
+    metrics, server, monitor = await get_observers(container, serving=serving)
+    await pool.look_at_pause()
+    return _Queue(settings, pool, transport, metrics, monitor, server)
+
+
+async def _open_all(queues: list[_Queue]) -> None:
+    """Open every queue's transport (retrying an unreachable server); if one cannot be opened
+    (or a stop signal cancels the start-up), those already open hand back what they took and
+    close, so that nothing they took comes back as a crash's."""
+    opened: list[_Queue] = []
+    try:
+        for queue in queues:
+            await open_transport(queue.transport, queue.settings.connect, log)
+            opened.append(queue)
+    except BaseException:
+        for queue in opened:
+            await queue.transport.quiesce()
+            await queue.transport.close()
+        raise
+
+
+def _ready(queues: list[_Queue]) -> None:
+    """Ready and watched, each queue said so."""
+    server = queues[0].server
+    for queue in queues:
+        queue.metrics.ready = True
+        queue.monitor.start()
+        s = queue.settings
+        log.info("consuming queue %r on %s (concurrency %d, %s%s)", s.queue, s.transport,
+                 s.consumer.concurrency, describe_handler(s.consumer),
+                 f"; metrics on {s.metrics.host}:{server.server_port}" if server else "")
+
+
+async def _run(queues: list[_Queue]) -> None:
+    """Every pool until each ends; one that fails stops the others gracefully first."""
+    runs = [asyncio.create_task(queue.pool.run(), name=f"jobq-pool-{queue.settings.queue}")
+            for queue in queues]
+    try:
+        for queue, stats in zip(queues, await asyncio.gather(*runs), strict=True):
+            queue.stats = stats
+    except BaseException:
+        for queue in queues:
+            queue.pool.stop()
+        await asyncio.gather(*runs, return_exceptions=True)
+        raise
+
+
+async def _close(queue: _Queue, shutdown: float | None) -> None:
+    queue.metrics.ready = False
+    await queue.monitor.stop()
+    await queue.transport.close()
+    if shutdown is not None:
+        queue.metrics.shutdown(shutdown)
+
+
+def _counts(stats: PoolStats, shutdown: float | None) -> dict[str, object]:
+    return {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
+            "cancelled": stats.cancelled, "released": stats.released,
+            "settle_failures": stats.settle_failures, "jobs_per_second": round(stats.rate(), 1),
+            "seconds": round(time.monotonic() - stats.started_at, 3),
+            "shutdown_seconds": shutdown}
+
+
+async def _report(queues: list[_Queue], stats_json: str | None, shutdown: float | None) -> None:
+    """The run's counts, logged (and written to ``stats_json``): the queues' together, and
+    each queue's when there are several."""
+    ran = [(q.settings.queue, q.stats) for q in queues if q.stats is not None]
+    summary = _counts(PoolStats.combined([stats for _, stats in ran]), shutdown)
     log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in summary.items()))
+    if len(ran) > 1:
+        summary["queues"] = each = {name: _counts(stats, shutdown) for name, stats in ran}
+        for name, counts in each.items():
+            log.info("stopped queue %r: %s", name, " ".join(f"{k}={v}" for k, v in counts.items()))
     if stats_json:
         await asyncio.to_thread(Path(stats_json).write_text, json.dumps(summary), encoding="utf-8")
-    return 130 if forced else 0

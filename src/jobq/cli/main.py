@@ -13,9 +13,9 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
+from jobq.cli import values
 from jobq.cli.running import (
     EXIT_CONFIG,
     EXIT_FORCED,
@@ -27,24 +27,6 @@ from jobq.core.errors import ConfigError
 # The rest of jobq (config, logging, the commands and everything they import) is imported when
 # a command runs, not with this module: `consumer` must take SIGTERM over as early as it can
 # (consumer_main's first line), and these imports are most of a command's start-up time.
-
-
-def _key_value(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    from jobq.config import parse_scalar
-
-    return key, parse_scalar(value)  # the same typing rules as the YAML values
-
-
-def _duration(text: str) -> float:
-    from jobq.core.durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -62,9 +44,12 @@ def consumer_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="consumer", description="Run a jobq worker pool.")
     _common(p)
     p.add_argument("--concurrency", "-n", type=int)
+    p.add_argument("--queues", type=values.queue_shares, metavar="QUEUE=N,...",
+                   help="serve several queues, each with its own concurrency: mail=4,default=8 "
+                        "(instead of --queue and --concurrency)")
     p.add_argument("--processor", "-p", help="built-in name or module:function")
     p.add_argument("--app", "-A", help="module:app, a jobq.App whose tasks run by kind")
-    p.add_argument("--processor-arg", "-a", type=_key_value, action="append", metavar="KEY=VALUE",
+    p.add_argument("--processor-arg", "-a", type=values.key_value, action="append", metavar="KEY=VALUE",
                    help="argument for the processor factory (repeatable)")
     p.add_argument("--once", action="store_true", help="process what is eligible now, then exit")
     p.add_argument("--claim", choices=("lease", "transaction"), help="Postgres claim mode")
@@ -74,32 +59,6 @@ def consumer_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, help="serve /metrics on this port")
     p.add_argument("--stats-json", help="write the run's counts and rate to this file")
     return p
-
-
-def _delay(text: str) -> float:
-    from jobq.core.due import delay_problem
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    problem = delay_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
-
-
-def _run_at(text: str) -> datetime:
-    from jobq.core.due import run_at_problem
-
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    problem = run_at_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
 
 
 def producer_parser() -> argparse.ArgumentParser:
@@ -115,9 +74,9 @@ def producer_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1000, help="jobs per enqueue call at most")
     p.add_argument("--max-attempts", type=int)
     due = p.add_mutually_exclusive_group()
-    due.add_argument("--delay", type=_delay, default=0.0,
+    due.add_argument("--delay", type=values.delay, default=0.0,
                      help="seconds before the jobs are due (e.g. 0.3, 90)")
-    due.add_argument("--run-at", type=_run_at, metavar="TIME",
+    due.add_argument("--run-at", type=values.run_at, metavar="TIME",
                      help="when the jobs are due: an ISO 8601 time with its offset, e.g. "
                           "2026-12-24T18:00:00+01:00 or ...Z (a time in the past: now)")
     p.add_argument("--priority", type=int, default=0, choices=range(10), metavar="0-9",
@@ -245,7 +204,7 @@ def admin_parser() -> argparse.ArgumentParser:
                "--older-than nor a retention for a state asked for, nothing is deleted and the "
                "exit code is 2.")
     _common(prune)
-    prune.add_argument("--older-than", type=_duration, metavar="D",
+    prune.add_argument("--older-than", type=values.duration, metavar="D",
                        help="delete jobs that ended more than D ago (default: "
                             "postgres.retention.<state>; required on RabbitMQ)")
     prune.add_argument("--state", choices=("done", "dead"),

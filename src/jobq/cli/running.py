@@ -24,7 +24,7 @@ OVERRIDES = {  # argparse dest -> config key
     "processor": "consumer.processor", "app": "consumer.app", "once": "consumer.once",
     "claim": "postgres.claim", "job_timeout": "consumer.job_timeout",
     "shutdown_timeout": "consumer.shutdown_timeout", "metrics_port": "metrics.port",
-    "max_attempts": "retry.max_attempts",
+    "max_attempts": "retry.max_attempts", "queues": "consumer.queues",
 }
 
 
@@ -55,7 +55,7 @@ def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argp
     try:
         settings = settings_of(args)
         configure(settings.log.level, settings.log.format, transport=settings.transport,
-                  queue=settings.queue)
+                  queue=",".join(settings.consumer.queues) or settings.queue)
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(main(settings))
     except ConfigError as exc:

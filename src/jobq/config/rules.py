@@ -53,6 +53,10 @@ LISTS = frozenset({"rabbitmq.urls"})  # secrets given as a YAML list: parsed, st
 RULES: dict[str, tuple[Any, str]] = {
     "queue": (NAME_RE.match, "letters, digits, '_', '.', '-' (1-100 chars)"),
     "consumer.concurrency": (lambda v: 1 <= v <= 10_000, "between 1 and 10000"),
+    "consumer.queues": (lambda v: all(isinstance(k, str) and NAME_RE.match(k) and type(n) is int
+                                      and 1 <= n <= 10_000 for k, n in v.items()),
+                        "queue name -> its concurrency, e.g. {mail: 4, default: 8} (names of "
+                        "letters, digits, '_', '.', '-'; concurrency between 1 and 10000)"),
     "consumer.buffer": (lambda v: v >= -1, ">= 0, or -1 for 'same as concurrency'"),
     "consumer.job_timeout": (lambda v: v > 0, "> 0"),
     "consumer.shutdown_timeout": (lambda v: v >= 0, ">= 0"),

@@ -42,6 +42,9 @@ class ConsumerConfig:
     # "module:attribute" of a jobq.App (consumer -A): each job runs as the task of its kind.
     # Instead of processor and processors, not beside them.
     app: str = ""
+    # queue -> its concurrency (its share of the process): one consumer serving several
+    # queues, a pool each (consume.py); empty: ``queue`` alone, with ``concurrency``.
+    queues: dict[str, int] = field(default_factory=dict)
 
     @property
     def buffer_size(self) -> int:

@@ -152,6 +152,11 @@ class Metrics(Middleware):
         if job.attempt > 1:
             jobs.redeliveries += 1
 
+    @property
+    def queue(self) -> str:
+        """The queue these metrics are labelled with."""
+        return self._values[1]
+
     def gauges(self, in_flight: int, buffered: int) -> None:
         """Record the pool's occupancy (ignored once ``watch`` reads it at scrape time)."""
         if self._pool is None:
@@ -244,7 +249,17 @@ def _plain(start: Start, ok: bool, yes: bytes, no: bytes) -> list[bytes]:
     return [yes if ok else no]
 
 
-def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
+class Served(Protocol):
+    """What the server shows: one queue's ``Metrics``, or several (``scraping.Scrape``)."""
+
+    registry: CollectorRegistry
+
+    def unhealthy(self) -> str | None: ...
+
+    def is_ready(self) -> bool: ...
+
+
+def serve(metrics: Served, host: str, port: int) -> WSGIServer:
     """Serve /metrics, /healthz and /readyz from a daemon thread; return the server to stop."""
     prometheus = make_wsgi_app(metrics.registry)
 

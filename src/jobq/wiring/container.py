@@ -31,6 +31,7 @@ from jobq.feeds.relay import Outbox
 from jobq.feeds.schedules import Schedule, Ticks, parse_schedules
 from jobq.observability.metrics import Metrics
 from jobq.observability.monitor import Monitor
+from jobq.observability.scraping import Scrape
 from jobq.wiring.derived import (
     LEASE_POOL,
     metric_kinds,
@@ -276,10 +277,10 @@ class Container(containers.DeclarativeContainer):
         logger=providers.Callable(logging.getLogger, "jobq.pool"),
         pause=pause_watch,
     )
-    metrics_server = providers.Resource(metrics_server, settings=settings, metrics=metrics)
+    scrape = providers.Singleton(Scrape, metrics)  # what the server shows: other queues join
+    metrics_server = providers.Resource(metrics_server, settings=settings, scrape=scrape)
     monitor = providers.Singleton(monitor, settings=settings, pool=worker_pool,
-                                  transport=transport, metrics=metrics, server=metrics_server,
-                                  admin=admin)
+                                  transport=transport, metrics=metrics, admin=admin)
     schedules = providers.Callable(parse_schedules, cfg.schedules)
 
 
@@ -339,13 +340,21 @@ async def get_worker_pool(container: Container) -> WorkerPool:
     return pool
 
 
-async def get_observers(container: Container) -> tuple[Metrics, WSGIServer | None, Monitor]:
+async def get_observers(container: Container, *, serving: bool = True
+                        ) -> tuple[Metrics, WSGIServer | None, Monitor]:
     """The consumer's metrics (watching its pool and transport), their HTTP server if
-    ``metrics.enabled`` (serving from now on, stopped with the container) and its monitor."""
+    ``metrics.enabled`` and ``serving`` (serving from now on, stopped with the container; a
+    process's other queues are shown by its first one's: ``show_metrics``) and its monitor."""
     await connect(container)
     watching: Monitor = await resolve(container.monitor())
-    server: WSGIServer | None = await resolve(container.metrics_server())
+    server: WSGIServer | None = await resolve(container.metrics_server()) if serving else None
     return get_metrics(container), server, watching
+
+
+def show_metrics(container: Container, metrics: Metrics) -> None:
+    """Show ``metrics`` (another queue's of the process) on ``container``'s server too."""
+    scrape: Scrape = container.scrape()
+    scrape.add(metrics)
 
 
 def app_serving(container: Container) -> contextlib.AbstractAsyncContextManager[None]:
@@ -367,17 +376,6 @@ async def get_ticks(container: Container) -> Ticks:
     return ticks
 
 
-def server_address(settings: Settings) -> str:
-    """``host:port`` of the configured backend's server (for messages: never a password)."""
-    if settings.transport == "postgres":
-        from jobq.transports.postgres.connect import server_address as pg_address
-
-        return pg_address(settings.postgres.dsn)
-    from jobq.transports.rabbitmq.connect import server_address as amqp_address
-
-    return ", ".join(amqp_address(url) for url in settings.rabbitmq.urls or [settings.rabbitmq.url])
-
-
 @contextlib.asynccontextmanager
 async def admin_of(settings: Settings) -> AsyncIterator[Admin]:
     """The backend's admin for ``settings``, its connection closed on the way out (the
@@ -389,16 +387,6 @@ async def admin_of(settings: Settings) -> AsyncIterator[Admin]:
         closing = container.shutdown_resources()
         if inspect.isawaitable(closing):
             await closing
-
-
-def schema_sql(settings: Settings) -> str:
-    """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
-    if settings.transport != "postgres":
-        raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "
-                          "(`jobq init` prints the topology it declares)", key="--print-sql")
-    from jobq.transports.postgres.admin import render_migrations
-
-    return render_migrations(settings.postgres.schema)
 
 
 def get_metrics(container: Container) -> Metrics:

@@ -4,10 +4,23 @@ root (container.py), the benchmarks and the fault suite, and unit tested on thei
 
 from __future__ import annotations
 
+import dataclasses
+
 from jobq.config import Settings
+from jobq.core.errors import ConfigError
 from jobq.worker.sizing import CEILING as BUFFER_CEILING
 
 LEASE_POOL = 4  # lease mode: claims, acks, heartbeats and releases share a few connections
+
+
+def queue_settings(settings: Settings) -> list[Settings]:
+    """One Settings per queue a consumer serves: each of ``consumer.queues`` with its own
+    concurrency (a process of several queues runs a pool per queue), else ``queue`` alone."""
+    if not settings.consumer.queues:
+        return [settings]
+    return [dataclasses.replace(settings, queue=queue, consumer=dataclasses.replace(
+                settings.consumer, concurrency=concurrency, queues={}))
+            for queue, concurrency in settings.consumer.queues.items()]
 
 
 def transaction_mode(settings: Settings) -> bool:
@@ -60,3 +73,24 @@ def rmq_prefetch(settings: Settings) -> int:
 def metric_kinds(settings: Settings) -> list[str]:
     """The kinds with series of their own: ``metrics.kinds``, else ``consumer.processors``'."""
     return list(settings.metrics.kinds or settings.consumer.processors)
+
+
+def server_address(settings: Settings) -> str:
+    """``host:port`` of the configured backend's server (for messages: never a password)."""
+    if settings.transport == "postgres":
+        from jobq.transports.postgres.connect import server_address as pg_address
+
+        return pg_address(settings.postgres.dsn)
+    from jobq.transports.rabbitmq.connect import server_address as amqp_address
+
+    return ", ".join(amqp_address(url) for url in settings.rabbitmq.urls or [settings.rabbitmq.url])
+
+
+def schema_sql(settings: Settings) -> str:
+    """The PostgreSQL migrations as SQL text (``jobq init --print-sql``), without connecting."""
+    if settings.transport != "postgres":
+        raise ConfigError("--print-sql shows the PostgreSQL migrations; RabbitMQ has no SQL "
+                          "(`jobq init` prints the topology it declares)", key="--print-sql")
+    from jobq.transports.postgres.admin import render_migrations
+
+    return render_migrations(settings.postgres.schema)

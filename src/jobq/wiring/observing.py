@@ -10,6 +10,7 @@ from jobq.config import Settings
 from jobq.core.port import Admin, Transport
 from jobq.observability.metrics import Metrics, serve, stop_serving
 from jobq.observability.monitor import Monitor
+from jobq.observability.scraping import Scrape
 from jobq.worker.middleware import Middleware, observer_of
 from jobq.worker.pool import WorkerPool
 from jobq.worker.stats import PoolObserver
@@ -32,13 +33,14 @@ def observer(metrics: Metrics, tracing: Middleware | None,
     return observer_of([*middleware, *([tracing] if tracing is not None else [])], metrics)
 
 
-def metrics_server(settings: Settings, metrics: Metrics) -> Iterator[WSGIServer | None]:
-    """The /metrics, /healthz and /readyz server when ``metrics.enabled`` (else None),
-    started when first asked for and stopped at shutdown, a failed start-up's included."""
+def metrics_server(settings: Settings, scrape: Scrape) -> Iterator[WSGIServer | None]:
+    """The /metrics, /healthz and /readyz server when ``metrics.enabled`` (else None), showing
+    ``scrape`` (this queue's metrics, and those of the process's other queues), started when
+    first asked for and stopped at shutdown, a failed start-up's included."""
     if not settings.metrics.enabled:
         yield None
         return
-    server = serve(metrics, settings.metrics.host, settings.metrics.port)
+    server = serve(scrape, settings.metrics.host, settings.metrics.port)
     try:
         yield server
     finally:
@@ -46,12 +48,13 @@ def metrics_server(settings: Settings, metrics: Metrics) -> Iterator[WSGIServer 
 
 
 def monitor(settings: Settings, pool: WorkerPool, transport: Transport, metrics: Metrics,
-            server: WSGIServer | None, admin: Admin) -> Monitor:
+            admin: Admin) -> Monitor:
     """The consumer's monitor (the depth gauge, the summary lines), the metrics watching
     ``pool`` and ``transport``; the queue's depth is read only if a gauge or a summary shows it."""
     metrics.watch(pool, transport)
-    wanted = server is not None or settings.log.summary_interval > 0
-    return Monitor(pool, metrics=metrics if server else None,
+    served = settings.metrics.enabled
+    wanted = served or settings.log.summary_interval > 0
+    return Monitor(pool, metrics=metrics if served else None,
                    probe=admin.depth if wanted else None,
                    depth_interval=settings.metrics.depth_interval,
                    summary_interval=settings.log.summary_interval)

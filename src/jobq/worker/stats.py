@@ -38,6 +38,19 @@ class PoolStats:
         """Jobs that ran (or were dead-lettered unrun) and were settled."""
         return self.ok + self.retried + self.dead + self.cancelled
 
+    @classmethod
+    def combined(cls, runs: list[PoolStats]) -> PoolStats:
+        """The counts of several pools' runs (a consumer's queues) as one run's."""
+        firsts = [s.first_job_at for s in runs if s.first_job_at is not None]
+        lasts = [s.last_job_at for s in runs if s.last_job_at is not None]
+        return cls(ok=sum(s.ok for s in runs), retried=sum(s.retried for s in runs),
+                   dead=sum(s.dead for s in runs), cancelled=sum(s.cancelled for s in runs),
+                   released=sum(s.released for s in runs),
+                   settle_failures=sum(s.settle_failures for s in runs),
+                   worker_deaths=sum(s.worker_deaths for s in runs),
+                   started_at=min((s.started_at for s in runs), default=time.monotonic()),
+                   first_job_at=min(firsts, default=None), last_job_at=max(lasts, default=None))
+
     def rate(self) -> float:
         """Settled jobs per second between the first receive and the last settle."""
         if self.first_job_at is None or self.last_job_at is None:
