@@ -101,3 +101,9 @@ app.middleware(Outcomes())
 async def slow(args: Receipt, ctx: jobq.Context) -> None:
     """Runs past its timeout: cancelled at 0.3 s, the attempt fails, and it has no retries."""
     await asyncio.sleep(30)
+
+
+@app.task(unique="report-{order_id}", delay=3600.0, retry_delay=0.05)
+async def report_later(args: Receipt, ctx: jobq.Context) -> None:
+    """Keyed by its order and an hour away: enqueued twice, it is one job (PostgreSQL)."""
+    _record(args, ctx, "reported")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import tasks_app
-from tests.conftest import ROOT, cli_env, command, consuming, wait_until
+from tests.conftest import ROOT, cli_env, command, consuming, schema_env, wait_until
 from tests.contract.backends import Backend, backend_under_test
 
 
@@ -122,3 +122,25 @@ def run_cli_in(directory: Path, flag: str, spec: str,
                            "--queue", "q", "--once", flag, spec], cwd=directory, env=env,
                           capture_output=True, text=True, timeout=60)
 
+
+
+def test_a_tasks_unique_key_and_delay_reach_postgres(schema: str, queue_name: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = Backend("postgres", queue_name, schema_env(schema), schema=schema)
+    for name, value in backend.env.items():
+        if name.startswith("JOBQ_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("JOBQ_CONFIG", str(ROOT / "configs" / "postgres.yaml"))
+
+    async def enqueue() -> list[str]:
+        async with tasks_app.app:
+            return [await tasks_app.report_later.enqueue(tasks_app.Receipt(order_id, "a@b"),
+                                                         queue=queue_name)
+                    for order_id in (7, 7, 8)]
+
+    first, again, other = asyncio.run(enqueue())
+    assert first == again != other  # the same key while the first waits: its id back
+    waiting = json.loads(backend.run("jobq", "jobs", "list", "--json").stdout)
+    assert sorted((row["key"], row["kind"]) for row in waiting) == [
+        ("report-7", "report_later"), ("report-8", "report_later")]
+    assert all(row["run_at"] > row["created_at"] for row in waiting)  # the task's delay

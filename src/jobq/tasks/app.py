@@ -18,6 +18,7 @@ from jobq.tasks.hooks import FailureHook, FailureHooks, LifecycleHook, run_hooks
 from jobq.tasks.task import Task, TaskFunction, TaskOptions
 from jobq.worker.middleware import CallNext, Middleware
 from jobq.worker.processor import Handler
+from jobq.worker.retry import RetryPolicy
 from jobq.worker.routing import KindRouter
 from jobq.worker.threads import HandlerThreads
 
@@ -66,19 +67,28 @@ class App:
 
     @overload
     def task(self, function: None = None, /, *, name: str | None = None, retries: int | None = None,
-             timeout: float | None = None, queue: str | None = None,
-             priority: int = 0) -> Callable[[TaskFunction[A]], Task[A]]: ...
+             timeout: float | None = None, queue: str | None = None, priority: int = 0,
+             retry_delay: float | None = None, max_retry_delay: float | None = None,
+             unique: str | None = None, delay: float = 0.0
+             ) -> Callable[[TaskFunction[A]], Task[A]]: ...
 
     def task(self, function: TaskFunction[Any] | None = None, /, *, name: str | None = None,
              retries: int | None = None, timeout: float | None = None, queue: str | None = None,
-             priority: int = 0) -> Task[Any] | Callable[[TaskFunction[Any]], Task[Any]]:
+             priority: int = 0, retry_delay: float | None = None,
+             max_retry_delay: float | None = None, unique: str | None = None, delay: float = 0.0
+             ) -> Task[Any] | Callable[[TaskFunction[Any]], Task[Any]]:
         """Declare a task: ``@app.task`` or ``@app.task(retries=5, timeout=30, queue="mail")``.
 
         The kind is ``name``, else the function's name; the arguments' type is the annotation
         of its first parameter (a dataclass or a pydantic model). Two tasks of one kind are a
-        ConfigError when the second is declared, so at start-up.
+        ConfigError when the second is declared, so at start-up. The options override the
+        config (docs/tasks.md, "Options"): ``retry_delay`` and ``max_retry_delay`` the backoff
+        (``retry.base_delay``, ``retry.max_delay``), ``unique`` a key template filled from the
+        arguments (``"receipt-{order_id}"``), ``delay`` each job's wait before it may run.
         """
-        options = TaskOptions(retries=retries, timeout=timeout, queue=queue, priority=priority)
+        options = TaskOptions(retries=retries, timeout=timeout, queue=queue, priority=priority,
+                              retry_delay=retry_delay, max_retry_delay=max_retry_delay,
+                              unique=unique, delay=delay)
 
         def declare(function: TaskFunction[Any]) -> Task[Any]:
             kind = name or function.__name__
@@ -177,6 +187,14 @@ class App:
             raise ConfigError("the app is not open: enqueue inside `async with app:` (or after "
                               "`await app.open()`)")
         return await self._publisher.enqueue(job, queue=queue, connection=connection)
+
+    def consumer_policy(self, default: RetryPolicy) -> RetryPolicy:
+        """The consumer's retry policy: ``default`` (the config's), with the backoff of each
+        task that has one of its own."""
+        return default.for_kinds({
+            kind: (task.options.retry_delay, task.options.max_retry_delay)
+            for kind, task in self._tasks.items()
+            if task.options.retry_delay is not None or task.options.max_retry_delay is not None})
 
     def consumer_handler(self, threads: HandlerThreads) -> Handler:
         """The pool's handler for this app: each job to the task of its kind."""

@@ -10,7 +10,7 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from jobq.core.errors import JobTimeout
+from jobq.core.errors import InvalidArguments, JobTimeout
 from jobq.core.job import Job
 from jobq.core.port import NewJob
 from jobq.tasks.arguments import Arguments
@@ -54,6 +54,19 @@ class TaskOptions:
     timeout: float | None = None  # seconds an attempt may run; then it fails as JobTimeout
     queue: str | None = None
     priority: int = 0
+    retry_delay: float | None = None  # the backoff's first delay (retry.base_delay)
+    max_retry_delay: float | None = None  # and its cap (retry.max_delay)
+    unique: str | None = None  # the unique key, a template of the arguments: "receipt-{order_id}"
+    delay: float = 0.0  # seconds each job waits before it may run, unless enqueue says otherwise
+
+
+def unique_key(kind: str, template: str, payload: dict[str, Any]) -> str:
+    """The task's ``unique`` template filled in from the job's arguments (as encoded)."""
+    try:
+        return template.format(**payload)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise InvalidArguments(f"task {kind!r}: its unique key {template!r} cannot be made from "
+                               f"these arguments: {type(exc).__name__}: {exc}") from None
 
 
 class Task(Generic[A]):
@@ -71,22 +84,27 @@ class Task(Generic[A]):
     def __repr__(self) -> str:
         return f"<Task {self.kind} ({self.arguments.type.__name__})>"
 
-    def new_job(self, args: A, *, delay: float = 0.0, run_at: datetime | None = None,
+    def new_job(self, args: A, *, delay: float | None = None, run_at: datetime | None = None,
                 priority: int | None = None, key: str | None = None) -> NewJob:
-        """The job ``enqueue`` sends (InvalidArguments if ``args`` would not validate at run)."""
-        retries = self.options.retries
-        return NewJob(kind=self.kind, payload=self.arguments.encode(args), delay=delay,
-                      run_at=run_at, key=key,
-                      priority=self.options.priority if priority is None else priority,
-                      max_attempts=None if retries is None else retries + 1)
+        """The job ``enqueue`` sends (InvalidArguments if ``args`` would not validate at run,
+        or lack a field the task's ``unique`` template names)."""
+        options = self.options
+        payload = self.arguments.encode(args)
+        if key is None and options.unique is not None:
+            key = unique_key(self.kind, options.unique, payload)
+        if delay is None:  # the task's own, unless the job is given a time to run at
+            delay = options.delay if run_at is None else 0.0
+        return NewJob(kind=self.kind, payload=payload, run_at=run_at, key=key, delay=delay,
+                      priority=options.priority if priority is None else priority,
+                      max_attempts=None if options.retries is None else options.retries + 1)
 
-    async def enqueue(self, args: A, *, delay: float = 0.0, run_at: datetime | None = None,
+    async def enqueue(self, args: A, *, delay: float | None = None, run_at: datetime | None = None,
                       priority: int | None = None, key: str | None = None,
                       queue: str | None = None, connection: object | None = None) -> str:
         """Enqueue a job of this task; returns its id (InvalidArguments, nothing written, if
-        ``args`` would not validate at run). ``queue``, ``priority``: this job's, over the
-        task's and the config's. ``connection``: your own open PostgreSQL transaction, which
-        the job then commits (or rolls back) with."""
+        ``args`` would not validate at run). ``delay``, ``queue``, ``priority``, ``key``: this
+        job's, over the task's and the config's. ``connection``: your own open PostgreSQL
+        transaction, which the job then commits (or rolls back) with."""
         job = self.new_job(args, delay=delay, run_at=run_at, priority=priority, key=key)
         return await self.app.send(job, queue=queue or self.options.queue, connection=connection)
 

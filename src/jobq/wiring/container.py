@@ -40,7 +40,7 @@ from jobq.wiring.derived import (
     pool_buffer_max,
     rmq_prefetch,
 )
-from jobq.wiring.handling import app_middleware, handler, serving
+from jobq.wiring.handling import app_middleware, handler, retry_policy, serving
 from jobq.wiring.observing import job_tracing, metrics_server, monitor, observer
 from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
@@ -243,10 +243,8 @@ class Container(containers.DeclarativeContainer):
 
     metrics = providers.Singleton(Metrics, transport=cfg.transport, queue=cfg.queue,
                                   kinds=providers.Callable(metric_kinds, settings))
-    policy = providers.Singleton(
-        RetryPolicy, base_delay=cfg.retry.base_delay, max_delay=cfg.retry.max_delay,
-        jitter=cfg.retry.jitter,
-    )
+    config_policy = providers.Singleton(RetryPolicy, base_delay=cfg.retry.base_delay,
+                                        max_delay=cfg.retry.max_delay, jitter=cfg.retry.jitter)
     # Every consumer asks its admin whether the queue is paused, about every second (memory:
     # no admin, never paused).
     watching = providers.Singleton(PauseWatch, probe=admin.provided.paused,
@@ -258,6 +256,7 @@ class Container(containers.DeclarativeContainer):
     tracing = providers.Singleton(job_tracing, settings=settings)
     app = providers.Singleton(task_source, cfg.consumer)  # consumer.app's jobq.App, or None
     middleware = providers.Singleton(app_middleware, app)  # the app's, its failure hooks first
+    policy = providers.Singleton(retry_policy, config_policy, app)  # tasks' own backoff too
     worker_pool = providers.Singleton(
         WorkerPool,
         transport=transport,

@@ -9,6 +9,7 @@ import contextlib
 from jobq.config import Settings
 from jobq.worker.middleware import Middleware, wrapped
 from jobq.worker.processor import Handler
+from jobq.worker.retry import RetryPolicy
 from jobq.worker.routing import TaskSource, build_handler
 from jobq.worker.threads import HandlerThreads
 
@@ -16,6 +17,11 @@ from jobq.worker.threads import HandlerThreads
 def app_middleware(source: TaskSource | None) -> list[Middleware]:
     """An app's per-job middleware for this consumer (its failure hooks first); none without."""
     return source.consumer_middleware() if source is not None else []
+
+
+def retry_policy(default: RetryPolicy, source: TaskSource | None) -> RetryPolicy:
+    """The config's retry policy, with the backoff of an app's tasks that have their own."""
+    return source.consumer_policy(default) if source is not None else default
 
 
 def handler(settings: Settings, threads: HandlerThreads, tracing: Middleware | None,

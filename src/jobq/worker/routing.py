@@ -15,6 +15,7 @@ from jobq.core.errors import ConfigError, UnknownKind
 from jobq.core.job import Job
 from jobq.worker.middleware import Middleware
 from jobq.worker.processor import Handler, as_async, load_object, load_processor
+from jobq.worker.retry import RetryPolicy
 from jobq.worker.threads import HandlerThreads
 
 
@@ -26,6 +27,9 @@ class TaskSource(Protocol):
 
     def consumer_middleware(self) -> list[Middleware]:
         """One consumer's per-job middleware: the app's failure hooks, then those it added."""
+
+    def consumer_policy(self, default: RetryPolicy) -> RetryPolicy:
+        """The retry policy: ``default``, with the backoff of each task that has its own."""
 
     def serving(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Its start-up hooks on the way in, its shutdown hooks on the way out."""
@@ -83,7 +87,8 @@ def task_source(consumer: ConsumerConfig) -> TaskSource | None:
         return None
     app = load_object(consumer.app, key="consumer.app")
     if not all(callable(getattr(app, name, None))
-               for name in ("consumer_handler", "consumer_middleware", "serving")):
+               for name in ("consumer_handler", "consumer_middleware", "consumer_policy",
+                            "serving")):
         raise ConfigError(f"{consumer.app!r} is not a jobq.App (it has no tasks to run)",
                           key="consumer.app")
     source: TaskSource = app
