@@ -131,10 +131,10 @@ async def worker(app: App, *, concurrency: int = 4) -> AsyncIterator[TestWorker]
     open on ``transport: memory`` keeps its store: what it enqueued before the block (a web
     request in the test, say) is there to assert and to drain."""
     open_on = app.publisher
-    store = open_on.store if isinstance(open_on, MemoryPublisher) else MemoryStore()
-    with app.using(MemoryPublisher(store)):
+    publisher = open_on if isinstance(open_on, MemoryPublisher) else MemoryPublisher(MemoryStore())
+    with app.using(publisher):
         async with app.serving():
-            yield TestWorker(app, store, concurrency)
+            yield TestWorker(app, publisher.store, concurrency)
 
 
 class EagerPublisher:

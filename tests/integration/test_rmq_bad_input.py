@@ -206,3 +206,20 @@ def test_huge_errors_and_near_frame_size_headers_never_cost_the_connection(
     for reason in dead.values():
         assert reason.startswith("ValueError: xxxx") and reason.endswith(
             "... (300,000 characters) (gave up after 2 of 2 attempts)")
+
+
+def test_a_history_header_another_client_broke_is_kept_readable_and_never_stalls_a_job(
+        rabbit: Backend) -> None:
+    # Before: the settle parsed the header outside its cleanup, so an attempt of 1e400 raised
+    # OverflowError there: the retry never went out, the delivery was never counted back.
+    broken = json.dumps([{"attempt": 1e400, "at": "2026-01-01T00:00:00+00:00"}, "\ud800"])
+    asyncio.run(publish(rabbit.queue, b"{}", "broken-history", "loud",
+                        {"x-jobq-errors": broken, "x-jobq-max-attempts": 2}))
+    rabbit.set(RETRY__BASE_DELAY="0", RETRY__JITTER="false")
+    result = rabbit.run("consumer", "--once", "-p", "tests.processors:fail_loudly", "-a", "size=20")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "failed unexpectedly" not in result.stderr, result.stderr[-3000:]
+    shown = json.loads(rabbit.run("jobq", "jobs", "show", "broken-history", "--json").stdout)
+    assert shown["state"] == "dead"
+    assert [(e["attempt"], e["type"]) for e in shown["errors"]] == [
+        (0, "?"), (0, "?"), (1, "ValueError"), (2, "ValueError")], shown["errors"]

@@ -88,3 +88,21 @@ def test_a_person_reads_the_error_then_its_traceback_indented() -> None:
     first, *rest = shown.splitlines()
     assert first.startswith("  attempt 2 at ") and first.endswith("ValueError: no")
     assert rest[0] == "    Traceback (most recent call last):"
+
+
+def test_one_attempt_larger_than_the_budget_is_cut_to_fit_its_end_kept() -> None:
+    wide = AttemptError.of(raised(ValueError("\u0001é" * 1900)), 1)  # escapes, 2-byte chars
+    text = appended(None, wide, budget=2000)
+    assert len(text.encode()) <= 2000
+    (kept,) = history(text)
+    assert kept.type == "ValueError" and kept.traceback is None  # its traceback went first
+    assert kept.message.startswith("...") and "\u0001é" in kept.message  # then its head
+
+
+def test_a_foreign_history_that_breaks_every_rule_still_reads_and_appends() -> None:
+    odd = '[{"attempt": 1e400, "at": "2026-01-01T00:00:00"}, {"at": "x", "message": "\\ud800"}]'
+    assert [e.type for e in history(odd)] == ["?", "?"]
+    assert history("[" * 100_000) and history(b"\xff\xfe")  # too deep; not UTF-8
+    text = appended(odd, AttemptError.of(ValueError("now"), 3))
+    text.encode()  # no lone surrogate left to fail the header's encoding
+    assert [e.attempt for e in history(text)][-1] == 3

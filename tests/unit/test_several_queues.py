@@ -73,3 +73,23 @@ def test_health_names_the_queue_that_fails_and_ready_needs_every_queue() -> None
     default.beat()
     default._alive_at = -1e9  # its event loop stopped beating long ago
     assert scrape.unhealthy() == "queue default: event loop stalled"
+
+
+def test_the_environment_gives_the_shares_as_the_command_line_does() -> None:
+    settings = load_settings(None, {}, env={"JOBQ_CONSUMER__QUEUES": "mail=4,default=8"})
+    assert settings.consumer.queues == {"mail": 4, "default": 8}
+    with pytest.raises(ConfigError, match="want QUEUE=N"):
+        load_settings(None, {}, env={"JOBQ_CONSUMER__QUEUES": "mail"})
+
+
+def test_a_scrape_of_chosen_families_finds_them_in_every_queue() -> None:
+    mail, default = Metrics("postgres", "mail"), Metrics("postgres", "default")
+    scrape = Scrape(mail)
+    scrape.add(default)
+    chosen = scrape.registry.restricted_registry(["jobq_in_flight"])
+    (family,) = list(chosen.collect())
+    assert sorted(s.labels["queue"] for s in family.samples) == ["default", "mail"]
+    with pytest.raises(RuntimeError):  # the server shows what it had when it started
+        scrape.add(Metrics("postgres", "late"))
+    alone = Metrics("postgres", "q")
+    assert Scrape(alone).registry is alone.registry  # one queue: its own registry, as before

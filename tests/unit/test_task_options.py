@@ -79,3 +79,37 @@ def test_a_tasks_delay_applies_unless_the_job_says_when() -> None:
     at = datetime.now(UTC) + timedelta(hours=1)
     timed = later.new_job(Receipt(1), run_at=at)
     assert (timed.delay, timed.run_at) == (0.0, at)
+
+
+async def test_a_unique_task_enqueued_twice_in_a_test_is_one_job_as_on_postgres() -> None:
+    import jobq.testing
+
+    app = jobq.App()
+    ran: list[int] = []
+
+    @app.task(unique="receipt-{order_id}")
+    async def send(args: Receipt, ctx: jobq.Context) -> None:
+        ran.append(args.order_id)
+
+    async with jobq.testing.worker(app) as worker:
+        first = await send.enqueue(Receipt(1))
+        assert await send.enqueue(Receipt(1)) == first != await send.enqueue(Receipt(2))
+        await worker.drain()
+        again = await send.enqueue(Receipt(1))  # the first ended: the key is free again
+        assert again != first
+        await worker.drain()
+    assert sorted(ran) == [1, 1, 2]
+
+
+def test_a_bad_option_or_template_is_refused_with_its_name() -> None:
+    app = jobq.App()
+    with pytest.raises(jobq.ConfigError, match="retry_delay=nan: a number of seconds >= 0"):
+        app.task(retry_delay=float("nan"))
+    with pytest.raises(jobq.ConfigError, match=r"delay=-1\.0"):
+        app.task(delay=-1.0)
+
+    @app.task(unique="{order_id:05d}-{to:d}")
+    async def odd(args: Receipt, ctx: jobq.Context) -> None: ...
+
+    with pytest.raises(InvalidArguments, match="cannot be made from these arguments: ValueError"):
+        odd.new_job(Receipt(1))

@@ -10,13 +10,15 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobq.api import wired
 from jobq.config import Settings
+from jobq.core.errors import describe
 from jobq.core.port import Transport
 from jobq.feeds.schedules import scheduling
 from jobq.observability.metrics import Metrics
@@ -108,7 +110,6 @@ class _Queue:
     transport: Transport
     metrics: Metrics
     monitor: Monitor
-    server: WSGIServer | None
     stats: PoolStats | None = None
 
 
@@ -119,9 +120,12 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         containers = [await stack.enter_async_context(wired(s)) for s in every]
         # An app's start-up hooks run before a transport opens, its shutdown hooks once closed.
         await stack.enter_async_context(app_serving(containers[0]))
-        queues = [await _start(container, n == 0) for n, container in enumerate(containers)]
+        queues = [await _start(container) for container in containers]
         for queue in queues[1:]:  # one server shows every queue's metrics
             show_metrics(containers[0], queue.metrics)
+        _, server, _ = await get_observers(containers[0])  # serving from now on
+        schedules = get_schedules(containers[0])
+        ticks = await get_ticks(containers[0]) if schedules else None
         await _open_all(queues)
         pools += [queue.pool for queue in queues]
         if stopping:
@@ -130,9 +134,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             # consumer then ran on, deaf to that SIGTERM): stop now, gracefully.
             for pool in pools:
                 pool.stop()
-        _ready(queues)
-        schedules = get_schedules(containers[0])
-        ticks = await get_ticks(containers[0]) if schedules else None
+        _ready(queues, server)
         try:
             async with scheduling(schedules, ticks, log):
                 await _run(queues)
@@ -140,21 +142,22 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             if backstop is not None:
                 backstop.arm(closing_bound(settings))
             shutdown = round(time.monotonic() - stopping[0], 3) if stopping else None
-            for queue in queues:
-                await _close(queue, shutdown)
+            # Together, so that closing several queues takes as long as closing one (the
+            # bound above), and one close that fails leaves none of the others open.
+            await _all(_close(queue, shutdown) for queue in queues)
     await _report(queues, stats_json, shutdown)
     return 130 if any(queue.pool.forced for queue in queues) else 0
 
 
-async def _start(container: Container, serving: bool) -> _Queue:
-    """One queue's pool, transport and observers; ``serving``: start the metrics server too
-    (the first queue's, which shows every queue's metrics)."""
+async def _start(container: Container) -> _Queue:
+    """One queue's pool, transport and observers (its metrics served by the first queue's
+    server, started once every queue's are there)."""
     settings: Settings = container.settings()
     pool = await get_worker_pool(container)
     transport = await get_transport(container)
-    metrics, server, monitor = await get_observers(container, serving=serving)
+    metrics, _, monitor = await get_observers(container, serving=False)
     await pool.look_at_pause()
-    return _Queue(settings, pool, transport, metrics, monitor, server)
+    return _Queue(settings, pool, transport, metrics, monitor)
 
 
 async def _open_all(queues: list[_Queue]) -> None:
@@ -167,15 +170,27 @@ async def _open_all(queues: list[_Queue]) -> None:
             await open_transport(queue.transport, queue.settings.connect, log)
             opened.append(queue)
     except BaseException:
-        for queue in opened:
-            await queue.transport.quiesce()
-            await queue.transport.close()
+        await _all(_abandon(queue.transport) for queue in opened)
         raise
 
 
-def _ready(queues: list[_Queue]) -> None:
+async def _abandon(transport: Transport) -> None:
+    await transport.quiesce()
+    await transport.close()
+
+
+async def _all(work: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run ``work`` together; the first error raised once all have ended (the others logged)."""
+    errors = [r for r in await asyncio.gather(*work, return_exceptions=True)
+              if isinstance(r, BaseException)]
+    for error in errors[1:]:
+        log.error("closing a queue failed too: %s", describe(error))
+    if errors:
+        raise errors[0]
+
+
+def _ready(queues: list[_Queue], server: WSGIServer | None) -> None:
     """Ready and watched, each queue said so."""
-    server = queues[0].server
     for queue in queues:
         queue.metrics.ready = True
         queue.monitor.start()

@@ -301,7 +301,7 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
 
     with Backstop(logging.getLogger("jobq")) as backstop:
         return run_command(lambda s: consume(s, stats_json=args.stats_json, backstop=backstop),
-                           args)
+                           args, serves_queues=True)
 
 
 def producer_main(argv: Sequence[str] | None = None) -> int:

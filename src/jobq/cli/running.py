@@ -48,14 +48,17 @@ def settings_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     return settings
 
 
-def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace) -> int:
-    """Load settings, run ``main``, map errors to one line on stderr and an exit code."""
+def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace,
+                *, serves_queues: bool = False) -> int:
+    """Load settings, run ``main``, map errors to one line on stderr and an exit code.
+    ``serves_queues``: a consumer, whose JSON log lines name every queue it serves."""
     from jobq.observability.logs import configure
 
     try:
         settings = settings_of(args)
+        queues = ",".join(settings.consumer.queues) if serves_queues else ""
         configure(settings.log.level, settings.log.format, transport=settings.transport,
-                  queue=",".join(settings.consumer.queues) or settings.queue)
+                  queue=queues or settings.queue)
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(main(settings))
     except ConfigError as exc:

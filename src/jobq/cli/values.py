@@ -28,14 +28,12 @@ def duration(text: str) -> float:
 
 def queue_shares(text: str) -> dict[str, int]:
     """``mail=4,default=8`` as {queue: concurrency} (checked further as consumer.queues)."""
-    shares: dict[str, int] = {}
-    for item in text.split(","):
-        name, equals, count = item.strip().partition("=")
-        if not equals or not name or not count.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"{item.strip()!r}: want QUEUE=N, e.g. mail=4")
-        if name in shares:
-            raise argparse.ArgumentTypeError(f"queue {name!r} is named twice")
-        shares[name] = int(count)
+    from jobq.config.rules import queue_shares as parsed
+
+    try:
+        shares: dict[str, int] = parsed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return shares
 
 

@@ -22,6 +22,22 @@ def _optional_duration(value: Any) -> float | None:
     return parse_duration(value)
 
 
+def queue_shares(value: Any) -> Any:
+    """``consumer.queues`` given as text (``--queues``, ``JOBQ_CONSUMER__QUEUES``):
+    ``mail=4,default=8`` as {queue: concurrency}; a mapping stays as it is (ValueError: why not)."""
+    if not isinstance(value, str):
+        return value
+    shares: dict[str, int] = {}
+    for item in value.split(","):
+        name, equals, count = item.strip().partition("=")
+        if not equals or not name or not count.strip().isdigit():
+            raise ValueError(f"{item.strip()!r}: want QUEUE=N, e.g. mail=4")
+        if name in shares:
+            raise ValueError(f"queue {name!r} is named twice")
+        shares[name] = int(count)
+    return shares
+
+
 # Values that are read, not just checked: key -> converter (ValueError: its message is the
 # problem), applied before the type check.
 CONVERT: dict[str, Any] = {
@@ -29,6 +45,7 @@ CONVERT: dict[str, Any] = {
     "postgres.retention.done": lambda v: _optional_duration(v),
     "postgres.retention.dead": lambda v: _optional_duration(v),
     "postgres.retention.interval": parse_duration,
+    "consumer.queues": queue_shares,
 }
 
 

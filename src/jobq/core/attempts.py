@@ -12,6 +12,7 @@ frame however many attempts a job has.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import traceback
 from collections.abc import Sequence
@@ -66,12 +67,12 @@ class AttemptError:
 
 
 def history(value: Any) -> list[AttemptError]:
-    """The history as stored (a JSON list or its text; None), read leniently: an entry another
-    writer left unreadable is shown as what it holds rather than failing the whole look."""
+    """The history as stored (a JSON list or its text; None), read leniently: whatever another
+    writer left there is shown as far as it can be read, and never fails a look or a settle."""
     if isinstance(value, bytes | bytearray | str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past reading
             return [_unreadable(value)]
     if value is None:
         return []
@@ -82,14 +83,37 @@ def history(value: Any) -> list[AttemptError]:
 
 def appended(stored: Any, error: AttemptError, *, budget: int = HEADER_BUDGET) -> str:
     """The stored history (as ``history`` reads it) with ``error`` added, as JSON text of at
-    most ``budget`` UTF-8 bytes (``error`` alone always fits): the oldest dropped first beyond
-    ``ERRORS_KEPT`` entries or the budget (RabbitMQ's header)."""
+    most ``budget`` UTF-8 bytes: the oldest dropped first beyond ``ERRORS_KEPT`` entries or
+    the budget, and ``error``'s own traceback, then message, cut (their ends kept) if it alone
+    is larger (RabbitMQ's header)."""
     kept: Sequence[AttemptError] = [*history(stored), error][-ERRORS_KEPT:]
-    entries = [json.dumps(e.to_json(), ensure_ascii=False) for e in kept]
+    entries = [_json(e) for e in kept[:-1]] + [_json(_fitted(error, budget - 2))]
     sizes = [len(text.encode()) + 2 for text in entries]
     while len(entries) > 1 and sum(sizes) > budget:
         del entries[0], sizes[0]
     return f"[{', '.join(entries)}]"
+
+
+def _json(error: AttemptError) -> str:
+    return json.dumps(error.to_json(), ensure_ascii=False)
+
+
+def _fitted(error: AttemptError, budget: int) -> AttemptError:
+    """``error`` with its traceback, then its message, halved (ends kept) until its JSON fits."""
+    while len(_json(error).encode()) > budget:
+        if error.traceback is not None:
+            trace = error.traceback
+            error = dataclasses.replace(error, traceback=_tail(trace) if len(trace) > 20 else None)
+        elif len(error.message) > 20:
+            error = dataclasses.replace(error, message=_tail(error.message))
+        else:
+            break  # a type name over the budget: it never is (200 characters at most)
+    return error
+
+
+def _tail(text: str) -> str:
+    half = text[len(text) // 2:]
+    return half if len(half) < 8 else f"...{half[3:]}"
 
 
 def _entry(item: Any) -> AttemptError:
@@ -98,17 +122,18 @@ def _entry(item: Any) -> AttemptError:
     try:
         at = datetime.fromisoformat(str(item.get("at")))
         attempt = int(item.get("attempt", 0))
-    except (TypeError, ValueError):
+        trace = item.get("traceback")
+        return AttemptError(attempt=attempt, at=at, type=safe_text(str(item.get("type", "?")), 200),
+                            message=safe_text(str(item.get("message", "")), MAX_REASON),
+                            traceback=None if trace is None
+                            else safe_text(str(trace), TRACEBACK_KEPT + 400))
+    except Exception:  # an attempt of 1e400, a time out of range, ...: shown, never raised
         return _unreadable(item)
-    trace = item.get("traceback")
-    return AttemptError(attempt=attempt, at=at, type=str(item.get("type", "?")),
-                        message=str(item.get("message", "")),
-                        traceback=None if trace is None else str(trace))
 
 
 def _unreadable(value: Any) -> AttemptError:
     return AttemptError(attempt=0, at=datetime.fromtimestamp(0, UTC), type="?",
-                        message=f"unreadable entry: {str(value)[:200]}")
+                        message=safe_text(f"unreadable entry: {str(value)[:200]}", 400))
 
 
 def render_error(error: dict[str, Any]) -> str:

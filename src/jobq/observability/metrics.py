@@ -252,7 +252,8 @@ def _plain(start: Start, ok: bool, yes: bytes, no: bytes) -> list[bytes]:
 class Served(Protocol):
     """What the server shows: one queue's ``Metrics``, or several (``scraping.Scrape``)."""
 
-    registry: CollectorRegistry
+    @property
+    def registry(self) -> CollectorRegistry: ...
 
     def unhealthy(self) -> str | None: ...
 

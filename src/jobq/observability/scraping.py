@@ -23,12 +23,25 @@ class Scrape:
 
     def __init__(self, first: Metrics) -> None:
         self.metrics = [first]
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Merged(self.metrics))
+        self._registry: CollectorRegistry | None = None
 
     def add(self, metrics: Metrics) -> None:
-        """Show ``metrics`` too (another queue of the process), from the next scrape on."""
+        """Show ``metrics`` too (another queue of the process); before the server starts."""
+        if self._registry is not None:
+            raise RuntimeError("Scrape.add after the server started")
         self.metrics.append(metrics)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """One queue's own registry; for several, one that merges theirs, described once
+        built (so that ``/metrics?name[]=...`` finds every family the queues have by then)."""
+        if self._registry is None:
+            if len(self.metrics) == 1:
+                self._registry = self.metrics[0].registry
+            else:
+                self._registry = CollectorRegistry(auto_describe=True)
+                self._registry.register(_Merged(self.metrics))
+        return self._registry
 
     def unhealthy(self) -> str | None:
         """Why /healthz fails for the first queue that is unhealthy, naming it when there are
@@ -51,9 +64,6 @@ class _Merged(Collector):
         self._metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
-        if len(self._metrics) == 1:  # the usual case: one queue's families as they are
-            yield from self._metrics[0].registry.collect()
-            return
         yield from _merged(metrics.registry.collect() for metrics in self._metrics)
 
 

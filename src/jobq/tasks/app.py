@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import typing
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import SimpleNamespace
 from typing import Any, TypeVar, overload
@@ -49,7 +51,9 @@ class App:
         self._on_failure: list[FailureHook] = []
         self._on_startup: list[LifecycleHook] = []
         self._on_shutdown: list[LifecycleHook] = []
-        self._observers: list[FailureHooks] = []
+        # The failure hooks of the consumers (and test drains) still running: their async hooks
+        # are awaited at shutdown; a drain's are let go with it.
+        self._observers: weakref.WeakSet[FailureHooks] = weakref.WeakSet()
         self._middleware: list[Middleware] = []
 
     @property
@@ -89,6 +93,11 @@ class App:
         options = TaskOptions(retries=retries, timeout=timeout, queue=queue, priority=priority,
                               retry_delay=retry_delay, max_retry_delay=max_retry_delay,
                               unique=unique, delay=delay)
+        for option in ("retry_delay", "max_retry_delay", "timeout", "delay"):
+            value = getattr(options, option)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"task {name or getattr(function, '__name__', '?')!r}: "
+                                  f"{option}={value!r}: a number of seconds >= 0")
 
         def declare(function: TaskFunction[Any]) -> Task[Any]:
             kind = name or function.__name__
@@ -127,9 +136,9 @@ class App:
         try:
             yield
         except BaseException:
-            await shut_down(self._observers, self._on_shutdown, self.state, raising=True)
+            await shut_down(list(self._observers), self._on_shutdown, self.state, raising=True)
             raise
-        await shut_down(self._observers, self._on_shutdown, self.state, raising=False)
+        await shut_down(list(self._observers), self._on_shutdown, self.state, raising=False)
 
     def middleware(self, middleware: M) -> M:
         """Add per-job middleware (``jobq.Middleware``, worker/middleware.py) to the app's
@@ -143,7 +152,7 @@ class App:
         """One consumer's middleware: the failure hooks (if any), then those added; the async
         failure hooks still running are awaited when ``serving`` ends."""
         hooks = [FailureHooks(self._on_failure)] if self._on_failure else []
-        self._observers += hooks
+        self._observers.update(hooks)
         return [*hooks, *self._middleware]
 
     async def __aenter__(self) -> App:

@@ -64,7 +64,7 @@ def unique_key(kind: str, template: str, payload: dict[str, Any]) -> str:
     """The task's ``unique`` template filled in from the job's arguments (as encoded)."""
     try:
         return template.format(**payload)
-    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
         raise InvalidArguments(f"task {kind!r}: its unique key {template!r} cannot be made from "
                                f"these arguments: {type(exc).__name__}: {exc}") from None
 

@@ -38,6 +38,7 @@ class Entry:
     priority: int = 0  # 0-9: a due job of a higher one is handed out first
     isolate: bool = False  # its consumer was lost while it ran: it runs alone next time
     errors: list[AttemptError] = field(default_factory=list)  # the latest attempts' errors
+    key: str | None = None  # NewJob.key: unique while pending or running
 
     def failed(self, reason: str, error: AttemptError | None) -> None:
         """Keep ``reason`` as the last error and ``error`` in the history (attempts.py)."""
@@ -206,14 +207,19 @@ class MemoryPublisher:
         """Add one job (no depth limit: ``timeout`` is accepted and unused; no transactions)."""
         if connection is not None:
             raise ConfigError("the memory store has no transactions to join", key="transport")
-        if job.key is not None:
-            raise ConfigError("the memory store has no unique keys", key="transport")
         problem = due_problem(job)
         if problem:
             raise MalformedJob(problem)
-        return self.store.add(job.kind, through_json(job.payload),
-                              max_attempts=job.max_attempts or self._max_attempts,
-                              delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
+        if job.key is not None:  # as PostgreSQL: one pending or running job per key
+            held = next((e.id for e in self.store.entries.values() if e.key == job.key
+                         and e.status in ("pending", "running")), None)
+            if held is not None:
+                return held
+        job_id = self.store.add(job.kind, through_json(job.payload),
+                                max_attempts=job.max_attempts or self._max_attempts,
+                                delay=wait_of(job, datetime.now(UTC)), priority=job.priority)
+        self.store.entries[job_id].key = job.key
+        return job_id
 
     async def enqueue_many(self, jobs: Sequence[NewJob], *, queue: str | None = None,
                            timeout: float | None = None,

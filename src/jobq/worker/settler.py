@@ -78,7 +78,10 @@ def failed(policy: RetryPolicy, error: BaseException, job: Job) -> RetryIn | Dea
     decision = decide(policy, error, job)
     if isinstance(decision, Cancelled):
         return decision
-    record = AttemptError.of(error, job.attempt, trace=not isinstance(error, _NO_TRACE))
+    try:
+        record = AttemptError.of(error, job.attempt, trace=not isinstance(error, _NO_TRACE))
+    except Exception:  # an error whose traceback cannot be formatted: the decision stands
+        return decision
     if isinstance(decision, RetryIn):
         return RetryIn(decision.delay, decision.reason, record)
     return Dead(decision.reason, record)

@@ -162,7 +162,9 @@ class RabbitLink:
                                   where, attempt, describe_amqp(exc), attempt.delay)
                 continue
             if cancelled():  # connected as a cancel came, which the connect swallowed
-                await conn.close()
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self._connect.timeout):
+                        await conn.close()
                 raise asyncio.CancelledError
             self._conn = conn
             self._lost = False

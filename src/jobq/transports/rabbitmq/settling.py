@@ -59,14 +59,15 @@ class Settler:
         The crash marks are dropped: the job failed cleanly, it did not crash.
         """
         job = delivery.job
-        headers: dict[str, Any] = {ATTEMPT: job.attempt + 1, "x-jobq-max-attempts": job.max_attempts,
-                                   "x-jobq-last-error": reason}
-        _keep(headers, delivery, error)
-        tier = None
-        if delay > 0:
-            headers[DUE] = due_ms(time.time() + delay)
-            tier = self._topology.hop(delay)
-        try:
+        try:  # whatever fails here, the delivery is no longer out (_done)
+            headers: dict[str, Any] = {ATTEMPT: job.attempt + 1,
+                                       "x-jobq-max-attempts": job.max_attempts,
+                                       "x-jobq-last-error": reason}
+            _keep(headers, delivery, error)
+            tier = None
+            if delay > 0:
+                headers[DUE] = due_ms(time.time() + delay)
+                tier = self._topology.hop(delay)
             await self._forwarder.forward(delivery, "", tier or self._topology.queue, headers,
                                           drop=MARKS if delay > 0 else (*MARKS, DUE))
         finally:
@@ -75,12 +76,12 @@ class Settler:
     async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
         job = delivery.job
-        headers: dict[str, Any] = {
-            ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
-            "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
-            "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")}
-        _keep(headers, delivery, error)
-        try:
+        try:  # whatever fails here, the delivery is no longer out (_done)
+            headers: dict[str, Any] = {
+                ATTEMPT: job.attempt, "x-jobq-attempts": job.attempt,
+                "x-jobq-max-attempts": job.max_attempts, "x-jobq-error": reason,
+                "x-jobq-dead-at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+            _keep(headers, delivery, error)
             await self._forwarder.forward(delivery, self._topology.dlx, self._topology.queue,
                                           headers, drop=(*MARKS, DUE))
         finally:
