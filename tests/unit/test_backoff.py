@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import types
 
 import pytest
 
 from jobq.config import ConnectConfig
+from jobq.core import backoff as backoff_module
 from jobq.core.backoff import Attempt, Backoff, pause
 
 
@@ -72,16 +74,46 @@ async def test_leaving_the_loop_skips_the_pause(monkeypatch: pytest.MonkeyPatch)
     assert slept == [1.0, 2.0]
 
 
-async def test_attempts_until_a_deadline_cut_the_last_pause_and_then_stop() -> None:
-    loop = asyncio.get_running_loop()
-    until = loop.time() + 0.15
-    started = loop.time()
+class FakeClock:
+    """The loop's time and sleep as Backoff sees them, advanced by the sleeps alone: what
+    happens at the deadline, whatever the machine's load does to real sleeps."""
+
+    def __init__(self, overshoot: float = 0.0) -> None:
+        self.now = 100.0
+        self.overshoot = overshoot  # how late each sleep wakes (a loaded machine)
+        self.slept: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, delay: float) -> None:
+        self.slept.append(delay)
+        self.now += delay + self.overshoot
+
+
+def on(clock: FakeClock) -> types.SimpleNamespace:
+    """``asyncio`` as jobq.core.backoff uses it, its clock and sleep the fake's."""
+    real = {name: getattr(asyncio, name) for name in ("CancelledError", "current_task", "Event")}
+    return types.SimpleNamespace(**real, sleep=clock.sleep, get_running_loop=lambda: clock)
+
+
+async def test_attempts_until_a_deadline_cut_the_last_pause_and_then_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(backoff_module, "asyncio", on(clock))
+    until = clock.now + 0.15
     numbers = [a.number async for a in Backoff(base=0.1, cap=0.1, jitter=False).attempts(until=until)]
-    took = loop.time() - started
     assert numbers == [1, 2, 3]  # at 0, 0.1 and 0.15: the second pause is cut to the deadline
-    assert 0.14 <= took < 0.5
-    late = [a.number async for a in Backoff(base=0.1, cap=0.1).attempts(until=loop.time() - 1)]
+    assert clock.slept == [0.1, pytest.approx(0.05)] and clock.now == pytest.approx(until)
+    late = [a.number async for a in Backoff(base=0.1, cap=0.1).attempts(until=clock.now - 1)]
     assert late == [1]  # the first try always runs; none follows once the deadline has passed
+    # A pause that wakes past the deadline (a loaded machine): its try runs, none after it.
+    # Before, this test slept for real and, under load, saw this instead of the cut pause.
+    slow = FakeClock(overshoot=0.1)
+    monkeypatch.setattr(backoff_module, "asyncio", on(slow))
+    numbers = [a.number async for a in Backoff(base=0.1, cap=0.1, jitter=False).attempts(
+        until=slow.now + 0.15)]
+    assert numbers == [1, 2]
 
 
 async def test_pause_wakes_early_when_stop_is_set() -> None:
