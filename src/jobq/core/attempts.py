@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from jobq.core.errors import MAX_REASON, safe_text
+from jobq.core.errors import MAX_REASON, message_of, safe_text
 
 ERRORS_KEPT = 10  # attempts whose errors a job keeps, the latest ones
 TRACEBACK_KEPT = 2000  # characters of each traceback, its end
@@ -47,18 +47,12 @@ class AttemptError:
         kind = type(error)
         name = kind.__qualname__ if kind.__module__ == "builtins" else (
             f"{kind.__module__}.{kind.__qualname__}")
-        try:
-            message = str(error)
-        except Exception as exc:  # an error whose __str__ fails still gets a record
-            message = f"<unprintable message: {type(exc).__name__}>"
         text = None
         if trace:
             text = "".join(traceback.format_exception(error))
             if len(text) > TRACEBACK_KEPT:
                 text = f"...\n{text[-TRACEBACK_KEPT:]}"
-        return cls(attempt=attempt, at=datetime.now(UTC), type=safe_text(name, 200),
-                   message=safe_text(message, MAX_REASON),
-                   traceback=None if text is None else safe_text(text, TRACEBACK_KEPT + 400))
+        return _bounded(attempt, datetime.now(UTC), name, message_of(error), text)
 
     def to_json(self) -> dict[str, Any]:
         """As stored: a JSON object with the time as ISO 8601 text."""
@@ -123,12 +117,18 @@ def _entry(item: Any) -> AttemptError:
         at = datetime.fromisoformat(str(item.get("at")))
         attempt = int(item.get("attempt", 0))
         trace = item.get("traceback")
-        return AttemptError(attempt=attempt, at=at, type=safe_text(str(item.get("type", "?")), 200),
-                            message=safe_text(str(item.get("message", "")), MAX_REASON),
-                            traceback=None if trace is None
-                            else safe_text(str(trace), TRACEBACK_KEPT + 400))
+        return _bounded(attempt, at, str(item.get("type", "?")), str(item.get("message", "")),
+                        None if trace is None else str(trace))
     except Exception:  # an attempt of 1e400, a time out of range, ...: shown, never raised
         return _unreadable(item)
+
+
+def _bounded(attempt: int, at: datetime, kind: str, message: str,
+             trace: str | None) -> AttemptError:
+    """A record whose texts every backend can store, each within its bound (made or read)."""
+    return AttemptError(attempt=attempt, at=at, type=safe_text(kind, 200),
+                        message=safe_text(message, MAX_REASON),
+                        traceback=None if trace is None else safe_text(trace, TRACEBACK_KEPT + 400))
 
 
 def _unreadable(value: Any) -> AttemptError:

@@ -148,14 +148,19 @@ def describe(error: BaseException) -> str:
     cannot be encoded as UTF-8, and Postgres text cannot hold NUL; either made the settle
     raise, so the job was never settled. Never raises, even for an error whose ``__str__`` does.
     """
-    try:
-        message = str(error).strip()
-    except Exception as exc:  # a user exception whose __str__ fails still gets a reason
-        message = f"<unprintable message: {type(exc).__name__}>"
+    message = message_of(error).strip()
     if len(message) > MAX_REASON:
         message = f"{message[:MAX_REASON]}... ({len(message):,} characters)"
     name = type(error).__name__
     return safe_text(f"{name}: {message}" if message else name)
+
+
+def message_of(error: BaseException) -> str:
+    """``str(error)``, or what says it could not be had: never raises."""
+    try:
+        return str(error)
+    except Exception as exc:  # a user exception whose __str__ fails still gets a message
+        return f"<unprintable message: {type(exc).__name__}>"
 
 
 def safe_text(text: str, limit: int = 2 * MAX_REASON) -> str:

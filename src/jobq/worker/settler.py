@@ -8,6 +8,7 @@ an unrun delivery becomes a ``job.Decision`` here and nowhere else; ``Settler`` 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -82,9 +83,7 @@ def failed(policy: RetryPolicy, error: BaseException, job: Job) -> RetryIn | Dea
         record = AttemptError.of(error, job.attempt, trace=not isinstance(error, _NO_TRACE))
     except Exception:  # an error whose traceback cannot be formatted: the decision stands
         return decision
-    if isinstance(decision, RetryIn):
-        return RetryIn(decision.delay, decision.reason, record)
-    return Dead(decision.reason, record)
+    return dataclasses.replace(decision, error=record)
 
 
 class Settler:
