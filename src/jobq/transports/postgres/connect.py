@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, redact
 from jobq.core.errors import ConnectionLost
+from jobq.core.within import Patience
 from jobq.transports import common
 from jobq.transports.common import error_text as _clean  # the name the connect loops use
 
@@ -99,8 +100,7 @@ async def deadline(what: str, seconds: float) -> AsyncIterator[None]:
         fired += 1
         task.cancel()
 
-    loop = asyncio.get_running_loop()
-    timers = [loop.call_later(seconds, fire), loop.call_later(seconds + CANCEL_GRACE, fire)]
+    timers = [Patience(seconds, fire), Patience(seconds + CANCEL_GRACE, fire)]
     try:
         yield
     except asyncio.CancelledError as exc:

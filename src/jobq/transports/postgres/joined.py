@@ -18,7 +18,6 @@ the same INSERT as any enqueue on a connection jobq does not own:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +32,7 @@ from jobq.core.due import wait_of
 from jobq.core.errors import ConfigError, ConnectionLost, QueueFull, TransactionRequired
 from jobq.core.limits import encode_new_job
 from jobq.core.port import NewJob
+from jobq.core.within import Deadline
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.keys import has_keys, insert_keyed, insert_keyed_sync
 from jobq.transports.postgres.sql import Queries
@@ -120,7 +120,7 @@ class Joined:
         name, values = statement(queue, params, self.limits.max_pending)
         try:
             with translated("postgres enqueue (in the caller's transaction)"):
-                async with asyncio.timeout(timeout):
+                async with Deadline(timeout):
                     if name == "enqueue_keyed":
                         async with conn.transaction():  # a savepoint: all or nothing
                             ids, _ = await insert_keyed(conn, self.queries, values)

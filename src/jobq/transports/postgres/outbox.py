@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import ConnectConfig, PostgresConfig
 from jobq.core.port import NewJob
+from jobq.core.within import Deadline
 from jobq.feeds.relay import Send
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.connect import translated
@@ -64,7 +65,7 @@ class PostgresOutbox:
     async def wait(self, timeout: float) -> None:
         """Until the queue gets a new job (a NOTIFY) or ``timeout`` s pass."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with Deadline(timeout):
                 await self._wake.wait()
         self._wake.clear()
 

@@ -19,6 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 from jobq.config import ConnectConfig
 from jobq.core.backoff import cancelled
 from jobq.core.errors import ConnectionLost
+from jobq.core.within import Deadline
 from jobq.transports import common
 from jobq.transports.rabbitmq import reading
 
@@ -163,7 +164,7 @@ class RabbitLink:
                 continue
             if cancelled():  # connected as a cancel came, which the connect swallowed
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(self._connect.timeout):
+                    async with Deadline(self._connect.timeout):
                         await conn.close()
                 raise asyncio.CancelledError
             self._conn = conn
@@ -227,7 +228,7 @@ class RabbitLink:
         self._set_blocked(False, "")
         if conn is not None and not conn.is_closed:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(CLOSE_TIMEOUT):
+                async with Deadline(CLOSE_TIMEOUT):
                     await conn.close()
 
     def _on_close(self, sender: object, _exc: BaseException | None) -> None:

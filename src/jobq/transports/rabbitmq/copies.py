@@ -15,6 +15,7 @@ from aiormq.abc import AbstractChannel as RawChannel
 from pamqp.commands import Basic
 
 from jobq.core.errors import TransportError
+from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.connect import RabbitLink, nacked, translated
 
 NACK_PAUSE = 0.05  # seconds before a nacked copy is sent again, doubling up to NACK_PAUSE_MAX
@@ -51,7 +52,7 @@ class Copier:
         what = f"rabbitmq publish to {routing_key}"
         nacks = 0
         try:
-            async with asyncio.timeout(self._timeout):
+            async with Deadline(self._timeout):
                 while True:
                     try:
                         with translated(what):

@@ -41,6 +41,7 @@ from jobq.core.errors import (
     describe,
 )
 from jobq.core.port import NewJob
+from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.codec import Outgoing, due_at, encode_job, new_job_id
 from jobq.transports.rabbitmq.connect import (
     LINK_ERRORS,
@@ -196,13 +197,13 @@ class RabbitPublisher:
         if self._link.blocked:
             left = deadline - asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, left)):
+                async with Deadline(max(0.0, left)):
                     await self._link.unblocked.wait()
         if self._link.blocked:
             return _Round(unsent=which, cause=f"RabbitMQ at {self._link.address} blocks "
                           "publishing (a resource alarm: memory or disk)")
         try:
-            async with asyncio.timeout(self._cfg.publish_timeout):
+            async with Deadline(self._cfg.publish_timeout):
                 raw = await self._ready(queue)
         except ConnectionLost as exc:
             self._channel = None  # reopened on the next try
@@ -247,7 +248,7 @@ class RabbitPublisher:
         channel, self._channel, self._raw = self._channel, None, None
         if channel is not None and not channel.is_closed:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(CLOSE_TIMEOUT):
+                async with Deadline(CLOSE_TIMEOUT):
                     await channel.close()
 
     def _sort(self, done: _Round, i: int, exc: BaseException, queue: str) -> None:

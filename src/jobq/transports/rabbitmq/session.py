@@ -18,6 +18,7 @@ from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 from aiormq.abc import DeliveredMessage
 
+from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.acks import AckTracker
 from jobq.transports.rabbitmq.connect import LINK_ERRORS, describe_amqp
 
@@ -136,7 +137,7 @@ class Session:
             if not channel.is_closed:
                 # A dark link answers no channel.close: give up on it after CLOSE_TIMEOUT.
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(CLOSE_TIMEOUT):
+                    async with Deadline(CLOSE_TIMEOUT):
                         await channel.close()
 
     def _on_channel_close(self, _sender: Any, exc: BaseException | None) -> None:

@@ -23,6 +23,7 @@ from aiormq.abc import DeliveredMessage
 
 from jobq.config import RabbitConfig
 from jobq.core.errors import ConfigError, ConnectionLost, TransportError, describe
+from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.session import Session
 from jobq.transports.rabbitmq.state import Background, Inbox, State
@@ -172,7 +173,7 @@ class Supervisor:
         """
         while not session.lost.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WATCH):
+                async with Deadline(WATCH):
                     await session.lost.wait()
             if session.broken() or not (self._link.is_open and self._publish_link.is_open):
                 session.end(session.reason or "channel or connection found closed")
@@ -191,7 +192,7 @@ class Supervisor:
         again and SIGTERM could not end the process.)
         """
         try:
-            async with asyncio.timeout(max(timeout, RESUME_WAIT)):
+            async with Deadline(max(timeout, RESUME_WAIT)):
                 while True:
                     await self.resumed.wait()
                     session = self.current

@@ -20,7 +20,6 @@ close the lock queue is deleted, so the next leader takes over at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from datetime import datetime
@@ -31,6 +30,7 @@ from aio_pika.abc import AbstractChannel, AbstractQueue
 
 from jobq.config import RabbitConfig
 from jobq.core.errors import TransportError
+from jobq.core.within import Deadline
 from jobq.feeds.schedules import Fired, Schedule
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
 from jobq.transports.rabbitmq.publisher import RabbitPublisher
@@ -90,7 +90,7 @@ class RabbitTicks:
         It reads the records (unacked, put back when its channel closes): a leader taking over
         in that moment would see none and start each schedule at its next tick.
         """
-        async with asyncio.timeout(self._timeout):
+        async with Deadline(self._timeout):
             channel = await self._link.channel(confirms=False)
             try:
                 with translated("rabbitmq schedules"):
@@ -108,7 +108,7 @@ class RabbitTicks:
         self._lock = self._records = None
         if lock is not None and not lock.is_closed:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(self._timeout):
+                async with Deadline(self._timeout):
                     await lock.queue_delete(self.lock_queue)
         await _close(records, lock, timeout=self._timeout)
 
@@ -124,7 +124,7 @@ class RabbitTicks:
         await self.close()
         lock = records = None
         try:
-            async with asyncio.timeout(self._timeout):
+            async with Deadline(self._timeout):
                 lock = await self._link.channel(confirms=False)
                 try:
                     with translated("rabbitmq scheduler lock"):
@@ -167,14 +167,14 @@ class RabbitTicks:
 
     async def _record(self, key: str, tick: datetime) -> None:
         assert self._records is not None
-        async with asyncio.timeout(self._timeout):
+        async with Deadline(self._timeout):
             with translated("rabbitmq schedule record"):
                 await _publish_record(self._records, self.record_queue, key, tick)
 
     async def _compact(self) -> None:
         """Ack the records a later tick superseded; put the others back."""
         assert self._records is not None
-        async with asyncio.timeout(self._timeout):
+        async with Deadline(self._timeout):
             with translated("rabbitmq schedules"):
                 records = await self._declare(self._records)
                 _, messages = await self._read(records)
@@ -214,5 +214,5 @@ async def _close(*channels: AbstractChannel | None, timeout: float) -> None:
     for channel in channels:
         if channel is not None and not channel.is_closed:
             with contextlib.suppress(Exception):  # a dark link answers no close: bounded
-                async with asyncio.timeout(timeout):
+                async with Deadline(timeout):
                     await channel.close()
