@@ -80,7 +80,8 @@ class Deadline:
                         tb: TracebackType | None) -> bool | None:
         if self._timer is not None:
             self._timer.cancel()
-        return await self._timeout.__aexit__(kind, exc, tb)
+        await self._timeout.__aexit__(kind, exc, tb)  # raises TimeoutError when it expired
+        return None
 
     def expired(self) -> bool:
         """Whether the deadline passed (and cancelled the body)."""
