@@ -208,8 +208,11 @@ def test_http_endpoints() -> None:
         assert status == 200
         assert value(parse(body), "jobq_jobs_total", outcome="ok", **LABELS) == 1
         assert value(parse(body), "jobq_ready", **LABELS) == 1
-        metrics.beat()
-        assert metrics.is_alive() and not metrics.is_alive(stale_after=0.0)
+        metrics.loop_stalled = lambda: 0.0  # the watchdog's: the loop beats on time
+        assert metrics.is_alive() and get(f"{base}/healthz") == (200, "ok\n")
+        metrics.loop_stalled = lambda: metrics.stale_after + 0.1  # blocked past the bound
+        assert not metrics.is_alive()
+        assert get(f"{base}/healthz") == (503, "event loop blocked for over 30s\n")
     finally:
         server.shutdown()
         server.server_close()

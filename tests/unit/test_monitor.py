@@ -80,7 +80,7 @@ async def test_poller_sets_depth_and_counts_failures(caplog: pytest.LogCaptureFi
     assert gauge(metrics, "jobq_queue_oldest_pending_seconds") == 0
 
 
-async def test_run_polls_on_its_interval_and_beats() -> None:
+async def test_run_polls_on_its_interval() -> None:
     metrics = Metrics("postgres", "q")
     probe = Probe(Depth(depth={"pending": 1}, oldest_pending_seconds=0.1))
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
@@ -89,7 +89,6 @@ async def test_run_polls_on_its_interval_and_beats() -> None:
     await asyncio.sleep(0.25)
     await monitor.stop()
     assert 4 <= probe.calls <= 14
-    assert metrics.is_alive(stale_after=0.5)
 
 
 async def test_without_metrics_depth_is_polled_only_for_the_summary() -> None:

@@ -70,9 +70,8 @@ def test_health_names_the_queue_that_fails_and_ready_needs_every_queue() -> None
     assert not scrape.is_ready()
     default.ready = True
     assert scrape.is_ready() and scrape.unhealthy() is None
-    default.beat()
-    default._alive_at = -1e9  # its event loop stopped beating long ago
-    assert scrape.unhealthy() == "queue default: event loop stalled"
+    default.loop_stalled = lambda: 1e9  # the watchdog saw its event loop blocked long ago
+    assert scrape.unhealthy() == "queue default: event loop blocked for over 30s"
 
 
 def test_the_environment_gives_the_shares_as_the_command_line_does() -> None:

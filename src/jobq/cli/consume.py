@@ -24,6 +24,7 @@ from jobq.feeds.schedules import scheduling
 from jobq.observability.metrics import Metrics
 from jobq.observability.monitor import Monitor
 from jobq.observability.stacks import stacks_on_signal
+from jobq.observability.watchdog import LoopWatch, Running, watching
 from jobq.wiring.backstop import Backstop, closing_bound, shutdown_bound
 from jobq.wiring.container import (
     Container,
@@ -35,7 +36,7 @@ from jobq.wiring.container import (
     get_worker_pool,
     show_metrics,
 )
-from jobq.wiring.derived import queue_settings
+from jobq.wiring.derived import loop_block_threshold, queue_settings
 from jobq.wiring.startup import open_transport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.routing import describe_handler, require_processor
@@ -72,7 +73,10 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
     require_processor(settings.consumer)
     pools: list[WorkerPool] = []
     stopping: list[float] = []
-    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping, backstop),
+    watched: list[Running] = []  # every pool's running jobs, for the loop's watchdog
+    watch = LoopWatch(loop_block_threshold(settings), lambda: watched)
+    work = asyncio.create_task(_consume(settings, stats_json, pools, stopping, backstop,
+                                        (watched, watch)),
                                name="jobq-consume")
 
     def stop() -> None:
@@ -91,7 +95,7 @@ async def consume(settings: Settings, *, stats_json: str | None = None,
         # it: the connecting stops, what was opened is closed (container.connect says how).
         work.cancel()
 
-    with signals_to(stop), stacks_on_signal(log):
+    with signals_to(stop), stacks_on_signal(log), watching(watch):
         try:
             return await work
         except asyncio.CancelledError:
@@ -114,7 +118,8 @@ class _Queue:
 
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
-                   stopping: list[float], backstop: Backstop | None) -> int:
+                   stopping: list[float], backstop: Backstop | None,
+                   watching: tuple[list[Running], LoopWatch]) -> int:
     async with contextlib.AsyncExitStack() as stack:
         every = queue_settings(settings)
         containers = [await stack.enter_async_context(wired(s)) for s in every]
@@ -128,6 +133,11 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         ticks = await get_ticks(containers[0]) if schedules else None
         await _open_all(queues)
         pools += [queue.pool for queue in queues]
+        watched, watch = watching
+        watched += [Running(q.settings.queue, q.pool.job_of, q.pool.running, q.metrics.registry)
+                    for q in queues]
+        for queue in queues:
+            queue.metrics.loop_stalled = watch.stalled_for
         if stopping:
             # A signal came during the start-up and its cancel did not end it (a library on
             # the way caught the CancelledError; seen once in 40 fault-suite runs: the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -57,6 +57,10 @@ class Delivery:
     received_at: float = 0.0
     isolate: bool = False
     fact: Fact | None = None
+    # The transport's test, asked just before the job would start, of whether it still holds
+    # this delivery (its lease may have expired, its channel closed: after a blocked event
+    # loop, say). A delivery it no longer holds is never started: another consumer may run it.
+    lapsed: Callable[[Delivery], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,8 +102,11 @@ class Metrics(Middleware):
     """The pool's observer, middleware whose ``settled`` counts (worker/middleware.py): jobs by
     outcome, errors by type, duration, latency; and depth, readiness."""
 
-    def __init__(self, transport: str, queue: str, kinds: Iterable[str] = ()) -> None:
+    def __init__(self, transport: str, queue: str, kinds: Iterable[str] = (),
+                 stale_after: float = 30.0) -> None:
         self.registry = r = CollectorRegistry()
+        self.stale_after = stale_after  # /healthz fails once the loop is blocked this long
+        self.loop_stalled: Callable[[], float] | None = None  # the watchdog's, once it runs
         labels = ("transport", "queue")
         self._values = values = (transport, queue)
         # The per-job series (jobq_jobs, jobq_job_errors, jobq_job_duration_seconds,
@@ -134,7 +137,6 @@ class Metrics(Middleware):
         self.ready = False  # set by the command once the transport is open, cleared at stop
         self._pool: PoolView | None = None
         self._transport: TransportView | None = None
-        self._alive_at: float | None = None
 
     def settled(self, decision: Decision, duration: float, error: BaseException | None,
                 job: Job) -> None:
@@ -199,18 +201,14 @@ class Metrics(Middleware):
         """Record how long the last graceful shutdown took."""
         self._shutdown.set(seconds)
 
-    def beat(self) -> None:
-        """The event loop is alive (called periodically by the monitor)."""
-        self._alive_at = time.monotonic()
-
-    def is_alive(self, stale_after: float = 30.0) -> bool:
-        """False when the event loop stopped beating for ``stale_after`` seconds."""
-        return self._alive_at is None or time.monotonic() - self._alive_at < stale_after
+    def is_alive(self) -> bool:
+        """False once the event loop is blocked for ``stale_after`` s (the watchdog's beat)."""
+        return self.loop_stalled is None or self.loop_stalled() < self.stale_after
 
     def unhealthy(self) -> str | None:
         """Why /healthz fails (the event loop stopped beating, or the pool is not live), or None."""
         if not self.is_alive():
-            return "event loop stalled"
+            return f"event loop blocked for over {self.stale_after:g}s"
         problem = getattr(self._pool, "problem", None)  # a WorkerPool's; views without it pass
         reason: object = None if problem is None else problem(time.monotonic())
         return None if reason is None else str(reason)

@@ -25,7 +25,8 @@ PROBE_TIMEOUT = 10.0  # a depth poll that takes longer is counted as failed
 
 class Monitor:
     """Polls depth every ``depth_interval`` (when metrics are on), logs a summary every
-    ``summary_interval`` (0: never), and beats the liveness clock behind /healthz."""
+    ``summary_interval`` (0: never). (The liveness behind /healthz is the watchdog's:
+    observability/watchdog.py.)"""
 
     def __init__(self, pool: WorkerPool, *, metrics: Metrics | None, probe: DepthProbe | None,
                  depth_interval: float, summary_interval: float,
@@ -70,8 +71,6 @@ class Monitor:
         next_depth, next_summary = now, now + self._summary_every
         last = (now, self._pool.stats.ok, self._pool.stats.retried, self._pool.stats.dead)
         while True:
-            if self._metrics is not None:
-                self._metrics.beat()
             now = time.monotonic()
             if now >= next_depth:
                 next_depth = now + self._depth_every

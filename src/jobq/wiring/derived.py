@@ -94,3 +94,24 @@ def schema_sql(settings: Settings) -> str:
     from jobq.transports.postgres.admin import render_migrations
 
     return render_migrations(settings.postgres.schema)
+
+
+def loop_stale_after(settings: Settings) -> float:
+    """Seconds of a blocked event loop after which ``/healthz`` fails: half of what the server
+    allows a silent consumer before it takes its jobs away (a lease in lease mode, the network
+    deadline in transaction mode, the AMQP heartbeat on RabbitMQ), so an orchestrator hears of
+    it before the jobs are lost; never under 2 s (the beat that shows the loop is alive comes
+    once a second)."""
+    if settings.transport == "rabbitmq":
+        allowed = float(settings.rabbitmq.heartbeat or 60)
+    elif transaction_mode(settings):
+        allowed = settings.postgres.network_deadline
+    else:
+        allowed = settings.postgres.lease
+    return max(2.0, allowed / 2)
+
+
+def loop_block_threshold(settings: Settings) -> float:
+    """Seconds of a blocked event loop after which the watchdog logs the job that blocks it:
+    1 s, or less when ``/healthz`` would fail sooner."""
+    return min(1.0, loop_stale_after(settings) / 2)

@@ -11,6 +11,7 @@ from jobq.core.port import Admin, Transport
 from jobq.observability.metrics import Metrics, serve, stop_serving
 from jobq.observability.monitor import Monitor
 from jobq.observability.scraping import Scrape
+from jobq.wiring.derived import loop_stale_after
 from jobq.worker.middleware import Middleware, observer_of
 from jobq.worker.pool import WorkerPool
 from jobq.worker.stats import PoolObserver
@@ -52,6 +53,7 @@ def monitor(settings: Settings, pool: WorkerPool, transport: Transport, metrics:
     """The consumer's monitor (the depth gauge, the summary lines), the metrics watching
     ``pool`` and ``transport``; the queue's depth is read only if a gauge or a summary shows it."""
     metrics.watch(pool, transport)
+    metrics.stale_after = loop_stale_after(settings)
     served = settings.metrics.enabled
     wanted = served or settings.log.summary_interval > 0
     return Monitor(pool, metrics=metrics if served else None,

@@ -11,7 +11,7 @@ import logging
 import time
 
 from jobq.core.errors import TransportError, describe
-from jobq.core.job import Delivery
+from jobq.core.job import Delivery, Job
 from jobq.core.port import Transport
 from jobq.core.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT, STALL_MARGIN
@@ -90,6 +90,14 @@ class WorkerPool:
     def state(self) -> State:
         """Where the pool is in its life (starting, running, paused, draining, ...)."""
         return self._life.state
+
+    def job_of(self, task: asyncio.Task[object]) -> Job | None:
+        """The job whose handler ``task`` runs now (None: not one of this pool's workers)."""
+        return self._workers.job_of(task)
+
+    def running(self) -> list[Job]:
+        """The jobs whose handlers run now."""
+        return self._workers.running()
 
     @property
     def in_flight(self) -> int:

@@ -176,6 +176,17 @@ class Settler:
             stats.dead += 1
         stats.last_job_at = time.monotonic()
 
+    async def lapsed(self, delivery: Delivery) -> None:
+        """Hand back, unstarted, a delivery the transport no longer holds (``Delivery.lapsed``):
+        released where it is still ours after all, nothing where it is gone."""
+        self._log.warning("job %s not started: its lease or channel was lost while it waited "
+                          "(the event loop blocked, or the server was unreachable); it runs "
+                          "where it is taken next", delivery.job.id)
+        released = await release_all(self._transport, [delivery], log=self._log,
+                                     limit=self._release_limit)
+        self._stats.released += released
+        self._capacity.freed()
+
     async def release(self, unstarted: list[Delivery], why: str) -> None:
         """Hand back what was received but never started; its attempt does not count."""
         # One with a fact is settled as it decides, never handed back: its decision needs no

@@ -12,7 +12,7 @@ import logging
 import time
 
 from jobq.core.errors import WorkerDied, describe
-from jobq.core.job import Delivery
+from jobq.core.job import Delivery, Job
 from jobq.worker.capacity import Capacity
 from jobq.worker.executor import Executor
 from jobq.worker.interrupts import Interrupts
@@ -49,6 +49,18 @@ class Workers:
     def alive(self) -> int:
         """Worker tasks currently running."""
         return sum(not w.done() for w in tuple(self.tasks))
+
+    def job_of(self, task: asyncio.Task[object]) -> Job | None:
+        """The job whose handler ``task`` (one of the workers) runs now, if any."""
+        for slot, worker in enumerate(tuple(self.tasks)):
+            if worker is task:
+                delivery = self._holding[slot]
+                return delivery.job if delivery is not None and slot in self.started_at else None
+        return None
+
+    def running(self) -> list[Job]:
+        """The jobs whose handlers run now (read from any thread: a snapshot)."""
+        return [d.job for slot in tuple(self.started_at) if (d := self._holding[slot]) is not None]
 
     def start(self) -> None:
         """Start one worker per slot."""
@@ -104,6 +116,9 @@ class Workers:
                 # worker freed between the stop and the hand-back starts nothing new), or run
                 # at resume.
                 self._capacity.held_back.append(delivery)
+                continue
+            if delivery.lapsed is not None and delivery.lapsed(delivery):
+                await self._settler.lapsed(delivery)
                 continue
             holding[slot] = delivery
             started = time.monotonic()

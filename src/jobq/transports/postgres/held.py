@@ -35,6 +35,9 @@ class Held:
         self._settling: set[Lease] = set()  # retries, dead-letters, releases being written
         self.flushing: list[Sequence[Lease]] = []  # batches of acks being written
         self.unsure: set[Lease] = set()  # acks of a flush that failed: it may have committed
+        # Claim token -> when its leases were last known good (time.monotonic() as the claim or
+        # a heartbeat that renewed them went out): ``lapsed`` is told from it.
+        self._fresh: dict[str, float] = {}
 
     def __bool__(self) -> bool:
         return bool(self._by_id)
@@ -43,9 +46,25 @@ class Held:
         """Whether ``lease`` is still ours (not settled, not lost, not claimed again since)."""
         return self._by_id.get(lease[0]) == lease[1]
 
-    def claimed(self, token: str, ids: Iterable[int]) -> None:
-        """A claim took the jobs ``ids`` (a newer claim of a job replaces the older one)."""
+    def claimed(self, token: str, ids: Iterable[int], sent: float) -> None:
+        """A claim sent at ``sent`` took the jobs ``ids`` (a newer claim of a job replaces the
+        older one)."""
         self._by_id.update((job_id, token) for job_id in ids)
+        self._fresh[token] = sent
+
+    def renewed(self, leases: Iterable[Lease], sent: float) -> None:
+        """A heartbeat sent at ``sent`` renewed ``leases``; forget the tokens no longer held."""
+        fresh = self._fresh
+        for _, token in leases:
+            fresh[token] = sent
+        if len(fresh) > 1:
+            held = set(self._by_id.values())
+            for token in [t for t in fresh if t not in held]:
+                del fresh[token]
+
+    def fresh_since(self, lease: Lease) -> float:
+        """When ``lease`` was last known good (0: it is not held)."""
+        return self._fresh.get(lease[1], 0.0) if self.holds(lease) else 0.0
 
     def ids(self) -> list[int]:
         """The ids of the jobs held."""

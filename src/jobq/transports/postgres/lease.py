@@ -70,7 +70,7 @@ class PostgresTransport:
         self._queue = queue
         queries = self._q = Queries(settings.schema)
         log = self._log = logger or logging.getLogger("jobq.postgres")
-        state = self._state = LeaseState()
+        state = self._state = LeaseState(lease=settings.lease)
         statements = self._statements = Statements(pool, queries, state, settings.network_deadline)
         self._claimer = Claimer(statements, state, worker=consumer_id(), queue=queue,
                                 lease=settings.lease, channel=queries.channel,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from typing import Any
 
 from jobq.config import LimitsConfig
@@ -41,8 +42,10 @@ class Claimer:
         """Up to ``limit`` jobs claimed, as deliveries whose handle is their lease."""
         token, rows = await self._claim(limit)
         deliveries = [row_to_delivery(row, self._queue, self._limits) for row in rows]
+        lapsed = self._state.lapsed
         for delivery, row in zip(deliveries, rows, strict=True):
             delivery.handle = (row[0], token)
+            delivery.lapsed = lapsed
         return deliveries
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:
@@ -71,6 +74,7 @@ class Claimer:
         if after is not None:
             params.update(after_run_at=after[0], after_id=after[1])
         name = "claim" if after is None else "claim_after"
+        sent = time.monotonic()
         claim = asyncio.ensure_future(self._statements.run(name, params, fetch=True))
         try:
             rows = await asyncio.shield(claim)
@@ -83,5 +87,5 @@ class Claimer:
                     await self._statements.run("release", {
                         **pairs([(row[0], token) for row in taken]), "channel": self._channel})
             raise
-        self._state.held.claimed(token, (row[0] for row in rows))
+        self._state.held.claimed(token, (row[0] for row in rows), sent)
         return token, rows

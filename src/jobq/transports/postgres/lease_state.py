@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
+from jobq.core.job import Delivery
 from jobq.transports.postgres.held import Held
 
 
@@ -25,6 +27,13 @@ class LeaseState:
     reconnects: int = 0  # LISTEN and pool connections regained after a loss
     stale: int = 0  # outcomes not written: the job's lease had expired
     leases_lost: int = 0  # jobs a heartbeat found rescued from under this consumer
+    lease: float = 12.0  # postgres.lease
+
+    def lapsed(self, delivery: Delivery) -> bool:
+        """``Delivery.lapsed``: a heartbeat found the lease lost, or ``lease`` seconds have
+        passed since its claim or a heartbeat last renewed it (a blocked event loop, an
+        unreachable server), so another consumer may have rescued it."""
+        return time.monotonic() > self.held.fresh_since(delivery.handle) + self.lease
 
     def count_reconnect(self) -> None:
         """A LISTEN or pool connection regained after a loss."""

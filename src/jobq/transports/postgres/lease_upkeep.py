@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from jobq.config import ConnectConfig, PostgresConfig
@@ -54,8 +55,10 @@ class Upkeep:
         """Extend our leases; drop the ones found lost (rescued: another claim's now, or pending)."""
         state = self._state
         leases = state.held.leases()
+        sent = time.monotonic()
         rows = await self._statements.run(
             "heartbeat", {**pairs(leases), "lease": self._cfg.lease}, fetch=True)
+        state.held.renewed(map(tuple, rows), sent)
         if len(rows) == len(leases):
             return
         lost = state.held.drop_lost(leases, map(tuple, rows))

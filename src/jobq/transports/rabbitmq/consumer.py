@@ -32,7 +32,6 @@ from jobq.config import LimitsConfig, RabbitConfig
 from jobq.core.errors import TransportError, describe
 from jobq.core.job import CancelRequested, Decision, Delivery
 from jobq.core.port import Health
-from jobq.core.within import Deadline
 from jobq.transports.common import carry_out
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
@@ -283,7 +282,7 @@ class RabbitTransport:
         state = self._state
         while wait > 0 and not state.let_go.is_set():  # a timer may fire a hair early: never early
             with contextlib.suppress(TimeoutError):
-                async with Deadline(wait + HOLD_MARGIN):
+                async with asyncio.timeout(wait + HOLD_MARGIN):
                     await state.let_go.wait()
             wait = due - time.time()
         if not delivery.handle.session.alive:

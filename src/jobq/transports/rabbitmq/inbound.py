@@ -29,6 +29,7 @@ from jobq.config import LimitsConfig
 from jobq.core.job import CancelRequested, Delivery, Job, Spent
 from jobq.transports.rabbitmq.codec import ATTEMPT, DUE, crashed, decode, due_at, isolated, suspected
 from jobq.transports.rabbitmq.crashes import CrashCopy, crash_copy
+from jobq.transports.rabbitmq.session import Handle, gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,8 @@ def classify(body: bytes, props: Basic.Properties, *, redelivered: bool, handle:
     message with a due time."""
     job, problem = decode(body, props, queue=rules.queue, max_attempts=rules.max_attempts,
                           limits=rules.limits, default_kind=rules.default_kind)
-    delivery = Delivery(job=job, handle=handle, malformed=problem)
+    delivery = Delivery(job=job, handle=handle, malformed=problem,
+                        lapsed=gone if isinstance(handle, Handle) else None)
     if problem is not None:
         return Arrival(delivery)
     if cancelled and job.id in cancelled:

@@ -1,8 +1,7 @@
 """Enqueue jobs into RabbitMQ: persistent messages, publisher confirms, pipelined, returns raised.
 
-Confirms are pipelined: a window of publishes is in flight at once and the broker confirms
-them as it goes, instead of one round trip per message. ``mandatory`` is set, so a message no
-queue would take comes back as an error instead of vanishing.
+Confirms are pipelined: a window of publishes in flight, confirmed as the broker goes.
+``mandatory`` is set, so a message no queue would take comes back as an error.
 
 Every job is checked against the limits before anything is published. With
 ``limits.max_pending`` the work queue refuses publishes once full (x-max-length,

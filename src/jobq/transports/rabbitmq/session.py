@@ -18,6 +18,7 @@ from aio_pika.abc import AbstractChannel
 from aiormq.abc import AbstractChannel as RawChannel
 from aiormq.abc import DeliveredMessage
 
+from jobq.core.job import Delivery
 from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.acks import AckTracker
 from jobq.transports.rabbitmq.connect import LINK_ERRORS, describe_amqp
@@ -36,6 +37,12 @@ class Handle:
         self.session = session
         self.tag = tag
         self.message = message
+
+
+def gone(delivery: Delivery) -> bool:
+    """``Delivery.lapsed`` of a RabbitMQ delivery: its channel closed (the broker has it back)."""
+    handle: Handle = delivery.handle
+    return not handle.session.alive
 
 
 class Session:
