@@ -323,15 +323,15 @@ def held(directory: str, gate: str) -> Any:
 def loop_blocker(directory: str, block_s: float = 5.0, sleep_ms: float = 100.0) -> Any:
     """An ``async def`` handler: a job of kind ``block`` blocks the event loop with
     ``time.sleep`` (the mistake the watchdog names); others await ``sleep_ms``. Each start and
-    end is recorded as ``start|end <id> <epoch>`` in ``directory/<pid>.runs``."""
+    end is recorded as ``start|end <id> <kind> <epoch>`` in ``directory/<pid>.runs``."""
     out = appending(directory, "runs")
 
     async def handle(job: Job) -> None:
-        out.write(f"start {job.id} {time.time()}\n")
+        out.write(f"start {job.id} {job.kind} {time.time()}\n")
         if job.kind == "block":
             time.sleep(block_s)  # noqa: ASYNC251 - blocking on purpose
         else:
             await asyncio.sleep(sleep_ms / 1000)
-        out.write(f"end {job.id} {time.time()}\n")
+        out.write(f"end {job.id} {job.kind} {time.time()}\n")
 
     return handle

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from typing import Any
 
 import aiormq
@@ -39,10 +41,15 @@ class Handle:
         self.message = message
 
 
+BEAT = 0.5  # a session stamps the loop's time this often while it lives
+
+
 def gone(delivery: Delivery) -> bool:
-    """``Delivery.lapsed`` of a RabbitMQ delivery: its channel closed (the broker has it back)."""
-    handle: Handle = delivery.handle
-    return not handle.session.alive
+    """``Delivery.lapsed`` of a RabbitMQ delivery: its channel closed (the broker has it back),
+    or the event loop was kept from running for half the heartbeat, after which the broker may
+    have closed the connection before the consumer could read that it did."""
+    session: Session = delivery.handle.session
+    return not session.alive or time.monotonic() - session.beat_at > session.silent_limit
 
 
 class Session:
@@ -50,8 +57,10 @@ class Session:
 
     def __init__(self, number: int, consume: AbstractChannel, raw: RawChannel,
                  publish: AbstractChannel, sender: RawChannel, *, ack_interval: float,
-                 ack_batch: int, logger: logging.Logger) -> None:
+                 ack_batch: int, logger: logging.Logger, silent_limit: float = math.inf) -> None:
         self.number = number
+        self.silent_limit = silent_limit  # seconds without a beat after which ``gone``
+        self.beat_at = time.monotonic()
         self.consume = consume
         self.raw = raw
         self.publish = publish
@@ -71,6 +80,12 @@ class Session:
         self.acker = asyncio.create_task(self._ack_loop(), name=f"jobq-rmq-acks-{number}")
         consume.close_callbacks.add(self._on_channel_close)
         publish.close_callbacks.add(self._on_channel_close)
+        self._beat()
+
+    def _beat(self) -> None:
+        self.beat_at = time.monotonic()
+        if self.alive:
+            asyncio.get_running_loop().call_later(BEAT, self._beat)
 
     def complete(self, tag: int) -> None:
         """``tag`` is settled as far as jobq is concerned: ack it with the next batch."""

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -48,6 +49,7 @@ class Supervisor:
         self._publish_link = publish_link
         self._topology = topology
         self._ack_interval = settings.ack_interval
+        self._silent_limit = settings.heartbeat / 2 if settings.heartbeat > 0 else math.inf
         self._prefetch = prefetch
         self._state = state
         self._inbox = inbox
@@ -96,7 +98,8 @@ class Supervisor:
             await self._tombstones.read()  # before the first delivery
         session = Session(link.generation, consume, raw, publish, sender,
                           ack_interval=self._ack_interval,
-                          ack_batch=max(1, self._prefetch // 2), logger=self._log)
+                          ack_batch=max(1, self._prefetch // 2), logger=self._log,
+                          silent_limit=self._silent_limit)
         # aiormq awaits this callback inside the channel's frame reader (and awaits what it
         # returns): anything that waits for a reply on the channel must run as a task it is
         # not given, or it waits for itself.
