@@ -44,12 +44,29 @@ class Handle:
 BEAT = 0.5  # a session stamps the loop's time this often while it lives
 
 
+def silent_limit(heartbeat: int) -> float:
+    """How long the event loop may go without running before a session's deliveries are
+    taken for lost: half the heartbeat (the broker closes a connection silent for about one)."""
+    return heartbeat / 2 if heartbeat > 0 else math.inf
+
+
+class Silence:
+    """When a session last stamped the time (every ``BEAT`` while it lives), and ``limit``."""
+
+    __slots__ = ("at", "limit")
+
+    def __init__(self, limit: float) -> None:
+        self.at = time.monotonic()
+        self.limit = limit
+
+
 def gone(delivery: Delivery) -> bool:
     """``Delivery.lapsed`` of a RabbitMQ delivery: its channel closed (the broker has it back),
-    or the event loop was kept from running for half the heartbeat, after which the broker may
-    have closed the connection before the consumer could read that it did."""
+    or the event loop was kept from running past the silence's limit, after which the broker
+    may have closed the connection before the consumer could read that it did."""
     session: Session = delivery.handle.session
-    return not session.alive or time.monotonic() - session.beat_at > session.silent_limit
+    silence = session.silence
+    return not session.alive or time.monotonic() - silence.at > silence.limit
 
 
 class Session:
@@ -58,9 +75,7 @@ class Session:
     def __init__(self, number: int, consume: AbstractChannel, raw: RawChannel,
                  publish: AbstractChannel, sender: RawChannel, *, ack_interval: float,
                  ack_batch: int, logger: logging.Logger, silent_limit: float = math.inf) -> None:
-        self.number = number
-        self.silent_limit = silent_limit  # seconds without a beat after which ``gone``
-        self.beat_at = time.monotonic()
+        self.silence = Silence(silent_limit)
         self.consume = consume
         self.raw = raw
         self.publish = publish
@@ -83,7 +98,7 @@ class Session:
         self._beat()
 
     def _beat(self) -> None:
-        self.beat_at = time.monotonic()
+        self.silence.at = time.monotonic()
         if self.alive:
             asyncio.get_running_loop().call_later(BEAT, self._beat)
 

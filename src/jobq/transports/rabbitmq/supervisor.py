@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -26,7 +25,7 @@ from jobq.config import RabbitConfig
 from jobq.core.errors import ConfigError, ConnectionLost, TransportError, describe
 from jobq.core.within import Deadline
 from jobq.transports.rabbitmq.connect import RabbitLink, translated
-from jobq.transports.rabbitmq.session import Session
+from jobq.transports.rabbitmq.session import Session, silent_limit
 from jobq.transports.rabbitmq.state import Background, Inbox, State
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
@@ -48,8 +47,7 @@ class Supervisor:
         self._link = link
         self._publish_link = publish_link
         self._topology = topology
-        self._ack_interval = settings.ack_interval
-        self._silent_limit = settings.heartbeat / 2 if settings.heartbeat > 0 else math.inf
+        self._cfg = settings
         self._prefetch = prefetch
         self._state = state
         self._inbox = inbox
@@ -97,9 +95,9 @@ class Supervisor:
         with contextlib.suppress(TransportError):  # read each second after this too
             await self._tombstones.read()  # before the first delivery
         session = Session(link.generation, consume, raw, publish, sender,
-                          ack_interval=self._ack_interval,
+                          ack_interval=self._cfg.ack_interval,
                           ack_batch=max(1, self._prefetch // 2), logger=self._log,
-                          silent_limit=self._silent_limit)
+                          silent_limit=silent_limit(self._cfg.heartbeat))
         # aiormq awaits this callback inside the channel's frame reader (and awaits what it
         # returns): anything that waits for a reply on the channel must run as a task it is
         # not given, or it waits for itself.
