@@ -64,7 +64,7 @@ def test_a_poison_job_dies_alone_and_its_batch_mates_end_done(rabbit: Backend, t
     assert codes == [137] * (len(unattributed) + 3) + [0]
     (buried,) = dead
     assert buried["kind"] == "crash" and buried["attempts"] == 3
-    assert "killed its consumer while running alone on attempt 3 of 3" in buried["last_error"]
+    assert "killed or stalled its consumer while running alone on attempt 3 of 3" in buried["last_error"]
     assert len(innocent) == 20 and innocent <= done
     charged = {job_id: a for (kind, job_id), a in starts.items() if kind == "slow" and set(a) != {1}}
     assert not charged, (charged, logs)  # none spent an attempt

@@ -38,7 +38,7 @@ def test_a_marked_one_ran_alone_so_the_crash_counts_until_it_is_dead() -> None:
     last = crash_copy(job(3), isolated=True)
     assert last.attempt == 3  # the attempts it had: what the dead letter reports
     assert last.dead is not None and last.dead.startswith(
-        "lost mid-job: killed its consumer while running alone on attempt 3 of 3")
+        "lost mid-job: killed or stalled its consumer while running alone on attempt 3 of 3")
 
 
 class FakeSession:
@@ -170,7 +170,7 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     assert (copies["job-5"]["routing_key"], headers(copies["job-5"])["x-jobq-attempt"]) == ("q.alone", 2)
     dead = headers(copies["job-6"])
     assert copies["job-6"]["exchange"] == "q.dlx" and "x-jobq-isolate" not in dead
-    assert dead["x-jobq-error"].startswith("lost mid-job: killed its consumer while running alone")
+    assert dead["x-jobq-error"].startswith("lost mid-job: killed or stalled its consumer while running alone")
     assert await transport.receive(10, 0.01) == []  # nothing else while it runs
     await transport.settle(alone, RetryIn(0, "failed cleanly"))
     assert "x-jobq-isolate" not in headers(session.published[-1])  # a clean failure: unmarked

@@ -50,6 +50,7 @@ def crash_copy(job: Job, *, isolated: bool, first: bool = False) -> CrashCopy:
         return CrashCopy(job.attempt)  # refunded: the crash cannot be attributed to it
     if job.attempt + 1 > job.max_attempts:
         return CrashCopy(job.attempt, dead=(
-            f"lost mid-job: killed its consumer while running alone on attempt {job.attempt} "
-            f"of {job.max_attempts} (each crash of a run alone counts an attempt)"))
+            f"lost mid-job: killed or stalled its consumer while running alone on attempt "
+            f"{job.attempt} of {job.max_attempts} (a crash, or an event loop it blocked past the "
+            "heartbeat, which lost the connection; each on a run alone counts an attempt)"))
     return CrashCopy(job.attempt + 1)
