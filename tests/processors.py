@@ -335,3 +335,17 @@ def loop_blocker(directory: str, block_s: float = 5.0, sleep_ms: float = 100.0) 
         out.write(f"end {job.id} {job.kind} {time.time()}\n")
 
     return handle
+
+
+def redelivery_record(directory: str) -> Any:
+    """Record ``<id> <attempt> <redelivered 0|1>`` per run in ``directory/<pid>.redelivered``;
+    a redelivered job's first attempt then fails (retried at once), so its next run shows
+    whether the flag outlives a clean retry."""
+    out = appending(directory, "redelivered")
+
+    async def handle(job: Job) -> None:
+        out.write(f"{job.id} {job.attempt} {int(job.redelivered)}\n")
+        if job.redelivered and job.attempt == 1:
+            raise Retry(delay=0, reason="redelivered: once more, to see the flag kept")
+
+    return handle

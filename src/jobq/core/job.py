@@ -15,8 +15,12 @@ from jobq.core.attempts import AttemptError
 class Job:
     """One unit of work as a handler sees it.
 
-    ``attempt`` is 1 on the first delivery and counts every delivery since, crash
-    redeliveries included. ``id`` is stable across redeliveries: use it for idempotency.
+    ``attempt`` is 1 on the first run and counts the runs that failed since; a run lost with
+    its consumer (a crash, a lost lease or connection) is not counted the first time, since
+    the job may never have started (docs/architecture.md, "Crashes"). ``redelivered`` is True
+    once a run of this job was lost that way: that run may have done some or all of its work,
+    so with ``redelivered`` (or ``attempt > 1``) the handler may not be the first to run it.
+    ``id`` is stable across redeliveries: use it for idempotency.
     ``context`` is backend-specific and optional: in Postgres transaction mode it is the
     ``psycopg.AsyncConnection`` whose transaction commits together with the ack, wrapped so
     that the handler cannot commit, roll back or close it (savepoints are fine).
@@ -31,6 +35,7 @@ class Job:
     enqueued_at: datetime | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     context: Any = field(default=None, compare=False, repr=False)
+    redelivered: bool = False
 
     @property
     def last_attempt(self) -> bool:

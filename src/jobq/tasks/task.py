@@ -36,6 +36,11 @@ class Context:
         return self.job.attempt
 
     @property
+    def redelivered(self) -> bool:
+        """True once a run of this job was lost with its consumer (``Job.redelivered``)."""
+        return self.job.redelivered
+
+    @property
     def state(self) -> SimpleNamespace:
         """The app's state: what its start-up hooks opened (a client, a pool)."""
         return self.app.state

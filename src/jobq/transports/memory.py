@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import time
@@ -127,6 +128,8 @@ class MemoryTransport:
         job = Job(id=entry.id, queue=self.queue, kind=entry.kind,
                   payload=payload if malformed is None else {}, attempt=entry.attempts,
                   max_attempts=entry.max_attempts)
+        if entry.isolate:
+            job = dataclasses.replace(job, redelivered=True)
         return Delivery(job=job, handle=entry, malformed=malformed, isolate=entry.isolate)
 
     async def settle(self, delivery: Delivery, decision: Decision) -> None:

@@ -52,6 +52,7 @@ TAKE = ((b"%(id)s", b"$1"), (b"%(worker)s", b"$2"), (b"%(until)s", b"$3"), (b"%(
 GRACE = 2.0
 PICKED = 7  # txn_pick's row: the job's locked_until as the pick set it (the take's token)
 STALE = 8  # txn_pick's row: the job came back from a consumer that died; the pick counted it
+LOST = 9  # txn_pick's row: a run of the job was lost with its consumer, now or before
 FIRST = datetime.min.replace(tzinfo=UTC)  # before any run_at: a sweep's first cursor
 MISSES = 3  # statements found missing before the claim stops relying on them
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 from typing import Any
@@ -46,6 +47,8 @@ class Claimer:
         for delivery, row in zip(deliveries, rows, strict=True):
             delivery.handle = (row[0], token)
             delivery.lapsed = lapsed
+            if delivery.isolate:  # rescued: its consumer died or stalled holding it
+                delivery.job = dataclasses.replace(delivery.job, redelivered=True)
         return deliveries
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:

@@ -20,6 +20,7 @@ from jobq.core.errors import TransportError
 from jobq.core.job import Delivery, Spent
 from jobq.transports.postgres.claims import (
     GRACE,
+    LOST,
     PICKED,
     Claim,
     ClaimStatement,
@@ -117,7 +118,8 @@ class Taker:
         spent = attempt > max_attempts
         used = attempt - 1 if spent else attempt  # a start that will not run does not count
         delivery = row_to_delivery((*row[:4], used, *row[5:7]), self._queue, self._limits)
-        delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined))
+        delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined),
+                                           redelivered=bool(row[LOST]))
         delivery.handle = Claim(conn, job_id, attempt, count, row[PICKED])
         if spent:
             delivery.fact = Spent(f"the consumer died or lost its connection during each of its "

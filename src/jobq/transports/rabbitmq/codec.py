@@ -4,13 +4,13 @@ A message: JSON object body (the payload), ``message_id`` = job id, ``type`` = k
 ``timestamp`` = enqueue time, persistent; headers ``x-jobq-attempt`` (the attempt number its
 next delivery is, 1 for a new job), ``x-jobq-max-attempts`` and ``x-jobq-enqueued-at`` (epoch
 milliseconds), and for a delayed job or retry ``x-jobq-due`` (epoch milliseconds: not to run
-before); the user's headers beside them. Times are integers: pamqp writes a Python float in a
-header table as a 32-bit float, which at today's epoch is 128 seconds coarse.
+before); the user's headers beside them. Times are integers: pamqp writes a float in a header
+table as a 32-bit float, 128 seconds coarse at today's epoch.
 A crash redelivery (``redelivered``; on quorum queues also ``x-delivery-count`` > 0) never
 runs: the consumer copies it forward marked ``x-jobq-isolate`` (on a classic queue its first
-one ``x-jobq-suspect``; see ``crashes``), so the attempt is the header alone and every copy
-carries the count durably. New jobs (``encode_job``) and the consumer's retry / dead-letter /
-release copies (``republish``) get their properties from one place (``properties``).
+one ``x-jobq-suspect``; see ``crashes``) and ``x-jobq-redelivered``: the attempt is the
+header alone, each copy carries it durably. New jobs (``encode_job``) and the retry, dead-letter
+and release copies (``republish``) get their properties from one place (``properties``).
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ DEAD_AT = "x-jobq-dead-at"
 # only, too coarse for end-to-end latency. (Older jobq wrote float seconds, which pamqp
 # sends as a 32-bit float, up to 64 s off: read as seconds still, for messages already queued.)
 ENQUEUED_AT = "x-jobq-enqueued-at"
-# On a delayed job or retry: when it is due, as integer epoch milliseconds (rounded up).
-DUE = "x-jobq-due"
+DUE = "x-jobq-due"  # on a delayed job or retry: when it is due, epoch milliseconds rounded up
 DELIVERY_COUNT = "x-delivery-count"
 # On a copy of a crash redelivery: run it alone, so that a crash during its run is its own.
 ISOLATE = "x-jobq-isolate"
 # On a classic queue's copy of a first crash redelivery: it runs again with the others, and
 # alone only if it comes back redelivered once more (see rmq crashes).
 SUSPECT = "x-jobq-suspect"
+REDELIVERED = "x-jobq-redelivered"  # on a crash copy and the job's later copies: Job.redelivered
 MARKS = (ISOLATE, SUSPECT)  # the crash marks: a retry or a dead letter drops both
 _DEFAULT_LIMITS = LimitsConfig()
 # User headers forwarded with a retried / dead-lettered / released copy at most: under the

@@ -19,7 +19,7 @@ from typing import Any
 from jobq.core.errors import ConnectionLost, TransportError, describe
 from jobq.core.job import Delivery, Spent
 from jobq.transports.rabbitmq.alone import AloneQueue
-from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, SUSPECT, republish
+from jobq.transports.rabbitmq.codec import ATTEMPT, ISOLATE, REDELIVERED, SUSPECT, republish
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.copies import Copier, CopyNacked, CopyTimeout
 from jobq.transports.rabbitmq.crashes import CrashCopy
@@ -130,14 +130,16 @@ class Forwarder:
             if copy.suspect:
                 self._log.debug("job %s came back redelivered; it runs again, alone if it comes "
                                 "back once more", job.id)
-                await self.forward(delivery, "", self._queue, {ATTEMPT: copy.attempt, SUSPECT: 1})
+                await self.forward(delivery, "", self._queue,
+                                   {ATTEMPT: copy.attempt, SUSPECT: 1, REDELIVERED: 1})
                 return
             charged = copy.attempt > job.attempt
             self._log.info("job %s was in flight when a consumer died or lost its channel; "
                            "it runs again alone (attempt %d of %d%s)", job.id, copy.attempt,
                            job.max_attempts, ", that crash counted" if charged else "")
             await self.forward(delivery, "", self._alone.name,
-                               {ATTEMPT: copy.attempt, ISOLATE: 1}, drop=(SUSPECT,))
+                               {ATTEMPT: copy.attempt, ISOLATE: 1, REDELIVERED: 1},
+                               drop=(SUSPECT,))
             self._alone.due = True
         except TransportError as exc:
             self._log.error("could not copy job %s forward (%s)", job.id, describe(exc))

@@ -19,6 +19,7 @@ module feed it bytes (tests/unit/test_rmq_inbound.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,16 @@ from pamqp.commands import Basic
 
 from jobq.config import LimitsConfig
 from jobq.core.job import CancelRequested, Delivery, Job, Spent
-from jobq.transports.rabbitmq.codec import ATTEMPT, DUE, crashed, decode, due_at, isolated, suspected
+from jobq.transports.rabbitmq.codec import (
+    ATTEMPT,
+    DUE,
+    REDELIVERED,
+    crashed,
+    decode,
+    due_at,
+    isolated,
+    suspected,
+)
 from jobq.transports.rabbitmq.crashes import CrashCopy, crash_copy
 from jobq.transports.rabbitmq.session import Handle, gone
 
@@ -66,12 +76,14 @@ def classify(body: bytes, props: Basic.Properties, *, redelivered: bool, handle:
                         lapsed=gone if isinstance(handle, Handle) else None)
     if problem is not None:
         return Arrival(delivery)
+    table = props.headers
+    if type(table) is dict and table.get(REDELIVERED):  # a crash copy, or a later copy of one
+        delivery.job = job = dataclasses.replace(job, redelivered=True)
     if cancelled and job.id in cancelled:
         delivery.fact = CancelRequested()
         delivery.isolate = alone
         return Arrival(delivery)
     # The work queue's test first: this runs for every message, and most carry no due time.
-    table = props.headers
     if alone or (type(table) is dict and table.get(DUE) is not None):
         due = due_at(props)
         if due is not None and due > clock():  # never run, so never crashed

@@ -257,7 +257,9 @@ RETURNING j.id, j.status;
 -- committed: a job that kills its process every time still uses up its attempts and ends dead
 -- (txn_bury) instead of looping, after one uncounted death (the first, which cannot be told
 -- from its neighbours', as in lease mode's rescue).
--- RETURNING stale says which were counted here: the take counts the others.
+-- RETURNING stale says which were counted here: the take counts the others. Such a job is
+-- marked isolate, as lease mode's rescue marks the jobs of a consumer that died: isolate
+-- (returned) is its Job.redelivered, for as long as the job lives.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
@@ -290,12 +292,13 @@ picked AS (
 )
 UPDATE {jobs} AS j
    SET attempts = j.attempts + picked.stale::int,
+       isolate = j.isolate OR picked.stale,
        locked_until = now() + make_interval(secs => %(grace)s),
        locked_by = %(worker)s
   FROM picked, async_commit
  WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts,
-          j.created_at, j.locked_until, picked.stale, picked.priority, picked.run_at;
+          j.created_at, j.locked_until, picked.stale, j.isolate, picked.priority, picked.run_at;
 
 -- name: txn_begin
 -- READ COMMITTED whatever the server default: txn_take must see what txn_pick committed.
