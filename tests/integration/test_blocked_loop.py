@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import schema_env
 from tests.contract.backends import Backend, rabbit_backend
-from tests.scrape import Running, get, wait_for
+from tests.scrape import Running, get, scrape, value, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,10 @@ def test_a_blocked_loop_is_named_and_its_lost_jobs_are_not_started(
             assert rescuer.wait(30) == 0
         wait_for(lambda: get(f"{blocked.base}/healthz", timeout=2) == (200, "ok\n"),
                  BLOCK_S + 5, "/healthz green again once the loop is free")
+        wait_for(lambda: value(scrape(blocked.base), "jobq_loop_blocks_total") == 1, 5,
+                 "the block counted")
+        blocked_s = value(scrape(blocked.base), "jobq_loop_blocked_seconds_total")
+        assert blocked_s is not None and BLOCK_S - 1.5 < blocked_s < BLOCK_S + 1.5, blocked_s
     finally:
         assert blocked.stop() == 0
     log = "".join(blocked.lines)
