@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from jobq.core.job import Delivery
 from jobq.worker.sizing import BufferSizer
@@ -16,9 +15,11 @@ class Capacity:
     settled, at most ``size`` (``concurrency`` + the buffer) of them.
 
     ``room`` is set when a receive may be worth asking for again (a settle freed enough, a
-    stop, a pause's change); ``settled`` at every settle (a run alone waits on it).
-    ``isolated``: received, waiting to run alone; ``held_back``: taken by a worker after a
-    pause or a stop, not started.
+    stop, a pause's change).
+    ``isolated``: crash suspects received (``Delivery.isolate``), waiting for their turn: one
+    at a time runs (``suspect``), beside the other work, so that a crash during its run names
+    it and no other suspect (docs/architecture.md, "Crashes"); ``held_back``: taken by a
+    worker after a pause or a stop, not started.
     """
 
     def __init__(self, concurrency: int, buffer_size: int, buffer_max: int) -> None:
@@ -31,8 +32,8 @@ class Capacity:
         self.queue: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self.outstanding = 0
         self.room = asyncio.Event()
-        self.settled = asyncio.Event()
         self.isolated: list[Delivery] = []
+        self.suspect: Delivery | None = None  # the one isolated delivery handed to the workers
         self.held_back: list[Delivery] = []
 
     @property
@@ -67,18 +68,27 @@ class Capacity:
         return min(room, max(1, self.size // 2))
 
     def accept(self, batch: list[Delivery]) -> None:
-        """Take a received batch in: to the workers, isolated ones aside to run alone."""
+        """Take a received batch in: to the workers, isolated ones aside to run one at a time."""
         self.outstanding += len(batch)
         for delivery in batch:
             if delivery.isolate and delivery.malformed is None and delivery.fact is None:
                 self.isolated.append(delivery)
             else:
                 self.queue.put_nowait(delivery)
+        self._next_suspect()
 
-    def freed(self) -> None:
-        """One delivery settled: its slot is free; wake who waits for a settle or for room."""
+    def _next_suspect(self) -> None:
+        if self.suspect is None and self.isolated:
+            self.suspect = self.isolated.pop(0)
+            self.queue.put_nowait(self.suspect)
+
+    def freed(self, delivery: Delivery) -> None:
+        """``delivery`` settled: its slot is free (and, a suspect, its turn over); wake who waits
+        for a settle or for room."""
+        if delivery is self.suspect:
+            self.suspect = None
+            self._next_suspect()
         self.outstanding -= 1
-        self.settled.set()
         if self.size - self.outstanding >= self.low_water or self.queue.empty():
             self.room.set()
 
@@ -89,6 +99,8 @@ class Capacity:
         unstarted += self.isolated + self.held_back
         self.isolated.clear()
         self.held_back.clear()
+        if any(d is self.suspect for d in unstarted):  # not started: its turn is over
+            self.suspect = None
         return unstarted
 
     def let_held_back_run(self) -> None:
@@ -100,13 +112,6 @@ class Capacity:
     def wake(self) -> None:
         """Something changed (a stop, a pause's change): whoever waits looks again."""
         self.room.set()
-        self.settled.set()
-
-    async def until(self, condition: Callable[[], bool]) -> None:
-        """Wait, settle by settle, until ``condition()`` holds."""
-        while not condition():
-            self.settled.clear()
-            await self.settled.wait()
 
     def stop_workers(self) -> None:
         """One stop sentinel per worker, behind what the queue holds."""

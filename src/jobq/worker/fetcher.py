@@ -1,14 +1,13 @@
 """The pool's receive loop: it asks the transport for free room only, one receive ahead.
 
-It backs off when receiving fails, holds while the queue is paused (handing back the
-unstarted, receiving nothing), and runs a job that must run alone with nothing beside it.
-What it receives goes into the capacity's queue; the workers take it from there.
+It backs off when receiving fails and holds while the queue is paused (handing back the
+unstarted, receiving nothing). What it receives goes into the capacity's queue (a crash
+suspect waits there for its turn, one at a time: capacity.py); the workers take it from there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Mapping
@@ -132,8 +131,6 @@ class Fetcher:
                     return
                 continue
             await self._take_in(batch)
-            if capacity.isolated:
-                await self._run_isolated()
 
     async def _take_in(self, batch: list[Delivery]) -> None:
         """Hand ``batch`` to the workers, the next receive started first if there is room."""
@@ -156,47 +153,21 @@ class Fetcher:
         whole buffer without yielding the event loop, so a receive started after they are
         woken would go out only once the buffer is empty: the caller gives it one loop turn
         first, in which it sends its claim. Not without a buffer (transaction mode: it
-        claims only for free workers), not while paused or stopping, nor beside a job that
-        must run alone: receiving waits for it (``_run_isolated``)."""
+        claims only for free workers), not while paused or stopping."""
         capacity = self._capacity
         room = capacity.size - capacity.outstanding - len(batch)
-        if (capacity.unbuffered or room < capacity.low_water or self._life.holds_back
-                or any(delivery.isolate for delivery in batch)):
+        if capacity.unbuffered or room < capacity.low_water or self._life.holds_back:
             return None
         return asyncio.ensure_future(self._transport.receive(capacity.ask(room),
                                                              self._asking.timeout(False)))
 
     def _accept(self, batch: list[Delivery]) -> None:
-        """Take a received batch in: to the workers, isolated ones aside to run alone."""
+        """Take a received batch in: to the workers (a crash suspect when its turn comes)."""
         if self._stats.first_job_at is None:
             self._stats.first_job_at = time.monotonic()
         self._capacity.accept(batch)
         if self._observer is not None:
             self._observer.gauges(self._capacity.outstanding, self._capacity.queue.qsize())
-
-    async def _run_isolated(self) -> None:
-        """Run each isolated delivery alone: after everything else settled, and before more work.
-
-        Receiving stops meanwhile, so that a crash during the run is this job's and no other's.
-        Cancelled by shutdown, or ended by a pause, what has not started stays in ``isolated``
-        and is released. One already running when the pause came is waited for (the fetcher
-        holds meanwhile), so nothing runs beside it after a resume.
-        """
-        capacity, life = self._capacity, self._life
-        while capacity.isolated and not life.paused:
-            await capacity.until(lambda: life.paused
-                                 or capacity.outstanding == len(capacity.isolated))
-            if life.paused:
-                return
-            delivery = capacity.isolated.pop(0)
-            capacity.queue.put_nowait(delivery)
-            await capacity.until(functools.partial(self._ran_alone, delivery))
-
-    def _ran_alone(self, delivery: Delivery) -> bool:
-        """The run alone of ``delivery`` is over: it settled, or a pause held it back unstarted."""
-        capacity = self._capacity
-        return capacity.outstanding == len(capacity.isolated) or (
-            self._life.paused and any(d is delivery for d in capacity.held_back))
 
     async def _hold(self) -> bool:
         """While the queue is paused: hand back the unstarted, receive nothing, wait for the

@@ -137,7 +137,7 @@ class Settler:
         finally:
             if slot >= 0:
                 self._holding[slot] = None
-            self._capacity.freed()
+            self._capacity.freed(delivery)
         self._settled_as(decision, duration, error, job, carried)
 
     def _settled_as(self, decision: Decision, duration: float, error: BaseException | None,
@@ -185,7 +185,7 @@ class Settler:
         released = await release_all(self._transport, [delivery], log=self._log,
                                      limit=self._release_limit)
         self._stats.released += released
-        self._capacity.freed()
+        self._capacity.freed(delivery)
 
     async def release(self, unstarted: list[Delivery], why: str) -> None:
         """Hand back what was received but never started; its attempt does not count."""

@@ -72,7 +72,7 @@ class Acks:
             raise
         finally:
             held.flushing.remove(leases)
-        held.let_go(leases)
+        self._state.let_go(leases)
         if len(rows) < len(leases):  # not all still ours, or acked by a flush that failed late
             stale = set(leases).difference(map(tuple, rows)).difference(held.unsure)
             if stale:

@@ -73,7 +73,8 @@ class Claimer:
 
     async def _claim_from(self, limit: int, after: Key | None) -> tuple[str, list[Any]]:
         token = f"{self._worker}/{next(self._claims)}"
-        params = {"queue": self._queue, "limit": limit, "lease": self._lease, "token": token}
+        params = {"queue": self._queue, "limit": limit, "lease": self._lease, "token": token,
+                  "lone": self._state.may_claim_suspect()}
         if after is not None:
             params.update(after_run_at=after[0], after_id=after[1])
         name = "claim" if after is None else "claim_after"
@@ -91,4 +92,6 @@ class Claimer:
                         **pairs([(row[0], token) for row in taken]), "channel": self._channel})
             raise
         self._state.held.claimed(token, (row[0] for row in rows), sent)
+        if len(rows) == 1 and rows[0][7] is True:  # the "lone" CTE's: a suspect
+            self._state.suspect = (rows[0][0], token)
         return token, rows

@@ -92,7 +92,7 @@ class LeaseSettler:
         else:
             released.set_result(None)
         finally:
-            held.let_go(batch)
+            self._state.let_go(batch)
 
     async def _settle_one(self, name: str, delivery: Delivery, params: dict[str, Any]) -> None:
         lease: Lease = delivery.handle
@@ -110,4 +110,4 @@ class LeaseSettler:
             # Even when the write failed: a job we stop heartbeating has its lease expire and is
             # rescued (run again). Kept among those held, its lease would be renewed for as long
             # as this consumer lives, and the job would stay 'running' and never end.
-            held.let_go([lease])
+            self._state.let_go([lease])

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from jobq.core.job import Delivery
-from jobq.transports.postgres.held import Held
+from jobq.transports.postgres.held import Held, Lease
 
 
 @dataclass(slots=True, eq=False)
@@ -28,6 +29,20 @@ class LeaseState:
     stale: int = 0  # outcomes not written: the job's lease had expired
     leases_lost: int = 0  # jobs a heartbeat found rescued from under this consumer
     lease: float = 12.0  # postgres.lease
+    # The crash suspect this consumer holds (claimed by the claim's "lone" CTE), if any: it
+    # claims no other until that one is settled or lost, so a crash is charged to one suspect.
+    suspect: Lease | None = None
+
+    def let_go(self, leases: Sequence[Lease]) -> None:
+        """Their writes ended (``Held.let_go``); a suspect's wakes an idle receive: the next
+        suspect may be claimed now, not at the next poll."""
+        self.held.let_go(leases)
+        if self.suspect is not None and self.suspect in leases:
+            self.wake.set()
+
+    def may_claim_suspect(self) -> bool:
+        """No suspect held (none claimed, or the one claimed is settled or lost)."""
+        return self.suspect is None or not self.held.holds(self.suspect)
 
     def lapsed(self, delivery: Delivery) -> bool:
         """``Delivery.lapsed``: a heartbeat found the lease lost, or ``lease`` seconds have

@@ -5,9 +5,10 @@
 -- name: claim
 -- Lease mode: claim up to %(limit)s eligible jobs in one statement and commit at once.
 -- CTE "lone" looks first for a due job rescued from a crash (isolate, see rescue) and takes
--- only that one: the pool runs an isolated delivery with nothing else in flight, so a crash
--- during it is the job's own. It walks jobs_isolated_idx, which is empty unless consumers
--- crashed, so in a run without crashes it costs one empty index probe, no second round trip.
+-- only that one, when %(lone)s: the consumer holds no other (lease_state.py), so a crash
+-- while it holds one is that suspect's, whatever else it runs beside it (see rescue). It walks
+-- jobs_isolated_idx, which is empty unless consumers crashed, so in a run without crashes it
+-- costs one empty index probe, no second round trip.
 -- CTE "urgent" runs only when "lone" found nothing: the due jobs with a priority (migration 11),
 -- highest first, through jobs_priority_idx, empty in a queue that uses none (one empty index
 -- probe). A claim that takes some takes only those: the pool asks again for the rest.
@@ -34,6 +35,7 @@ lone AS (
     SELECT id
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND isolate AND run_at <= now()
+       AND %(lone)s
      ORDER BY run_at, id
      LIMIT 1
        FOR UPDATE SKIP LOCKED
@@ -174,13 +176,15 @@ RETURNING j.id, j.locked_by;
 -- An expired job whose consumer held others too (CTE "held": per consumer, its jobs still
 -- running in the queue, the expired ones included) may never have started: the one that
 -- killed the process could be any of them. Its attempt is refunded and it is marked isolate,
--- so it is claimed alone next (see claim). The crash was a job's own, and its attempt counts,
--- if it was the only job its consumer held, or if it came from that consumer's latest claim
--- and was claimed isolated: the pool runs such a job with nothing else in flight and receives
--- nothing meanwhile, so the jobs of its earlier claims had finished (their acks not yet
--- flushed). Once its attempts are used up it is dead. So a job that kills its process every
--- time runs once in its batch and then max_attempts times alone, and its batch-mates spend no
--- attempt on it. locked_by is "<consumer>/<claim number>" (see claim); a token of another form
+-- a suspect, claimed alone next (see claim). The crash is charged to a job, its attempt
+-- counted, if it was the only job its consumer held, or if it is the suspect its consumer
+-- held (isolate, from that consumer's latest claim of a suspect: a consumer holds one at a
+-- time, and an earlier one had settled, its ack not yet flushed), whatever ran beside it.
+-- Once its attempts are used up it is dead. So a job that kills its process every time runs
+-- once in its batch and then max_attempts times as its consumer's suspect, and its
+-- batch-mates spend no attempt on it. A suspect is charged for a crash that a job beside it
+-- caused only if that job was never suspected before (a suspect is never claimed into a
+-- batch): once at most per such job, which then becomes a suspect itself. locked_by is "<consumer>/<claim number>" (see claim); a token of another form
 -- counts as a consumer with no claim number. A job an operator asked to cancel (migration 10)
 -- ends cancelled instead of running again.
 WITH expired AS (
@@ -192,7 +196,7 @@ WITH expired AS (
 ),
 held AS (
     SELECT split_part(locked_by, '/', 1) AS consumer, count(*) AS n,
-           max(substring(locked_by FROM '/([0-9]+)$')::bigint) AS latest
+           max(substring(locked_by FROM '/([0-9]+)$')::bigint) FILTER (WHERE isolate) AS latest
       FROM {jobs}
      WHERE status = 'running' AND queue = %(queue)s
        AND split_part(locked_by, '/', 1) IN (SELECT split_part(locked_by, '/', 1) FROM expired)
