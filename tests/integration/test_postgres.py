@@ -167,7 +167,7 @@ def test_bad_config_and_unreachable_database_exit_with_one_line(tmp_path: Path, 
     bad.write_text("consumer:\n  concurrency: lots\n")
     result = run_cli("consumer", "--config", str(bad))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"jobq: config error: {bad}: consumer.concurrency: "
+    assert result.stderr.strip() == (f"jobq: config error: {bad}:2: consumer.concurrency: "
                                       "expected int, got str 'lots'")
     env = schema_env(schema, JOBQ_PG_DSN="postgresql://jobq:s3cret@127.0.0.1:1/nowhere",
                      JOBQ_CONNECT__ATTEMPTS="2", JOBQ_CONNECT__BACKOFF_BASE="0.1")

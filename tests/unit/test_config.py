@@ -60,7 +60,7 @@ def test_bad_values_name_the_key_and_the_file(tmp_path: Path, text: str, key: st
     with pytest.raises(ConfigError) as info:
         load_settings(path, env={})
     message = str(info.value)
-    assert message.startswith(f"{path}: {key}: ") and words in message
+    assert message.startswith(f"{path}:1: {key}: ") and words in message  # its line too
 
 
 def test_bad_dsn_never_shows_its_password(tmp_path: Path) -> None:
@@ -95,3 +95,22 @@ def test_a_secret_from_the_environment_stays_text_and_is_never_shown() -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(None, {"dashboard.token": 424242})
     assert "424242" not in str(refused.value)
+
+
+def test_a_key_given_twice_names_both_lines_and_a_merge_key_is_no_duplicate(tmp_path: Path) -> None:
+    path = write(tmp_path, "consumer:\n  concurrency: 3\n  buffer: 1\n  concurrency: 4\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert str(info.value).startswith(f"{path}:4: consumer.concurrency: duplicate key (also at "
+                                      "line 2)")
+    path = write(tmp_path, "retry: &r {max_attempts: 3}\nconsumer: {concurrency: 2}\n"
+                           "limits:\n  <<: {max_pending: 1}\n  max_pending: 2\n")
+    assert load_settings(path, env={}).limits.max_pending == 2
+
+
+def test_yaml_that_is_not_valid_names_the_line_and_column_without_quoting_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "postgres:\n  dsn: 'postgresql://u:hunter2@h/db\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, env={})
+    assert str(info.value).startswith(f"{path}:3:1: not valid YAML: ")
+    assert "hunter2" not in str(info.value)

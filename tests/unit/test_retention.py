@@ -69,7 +69,7 @@ def test_bad_retention_names_the_key(tmp_path: Path, text: str, key: str, words:
     path.write_text(f"postgres:\n  retention: {text}\n")
     with pytest.raises(ConfigError) as info:
         load_settings(path, env={})
-    assert str(info.value).startswith(f"{path}: {key}: ") and words in str(info.value)
+    assert str(info.value).startswith(f"{path}:2: {key}: ") and words in str(info.value)
 
 
 def test_the_pruner_gets_a_connection_of_its_own() -> None:
