@@ -10,7 +10,14 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobq.cli.loops import loop_factory
-from jobq.core.errors import ConfigError, HookFailed, MalformedJob, QueueFull, TransportError
+from jobq.core.errors import (
+    ConfigError,
+    HookFailed,
+    MalformedJob,
+    QueueFull,
+    Refused,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from jobq.config import Settings
@@ -63,6 +70,9 @@ def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argp
             return runner.run(main(settings))
     except ConfigError as exc:
         print(f"jobq: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except Refused as exc:  # a ConnectionLost, but the server answered: a mistake
+        print(f"jobq: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except TransportError as exc:
         print(f"jobq: {exc}", file=sys.stderr)

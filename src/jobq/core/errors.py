@@ -34,6 +34,20 @@ class ConnectionLost(TransportError):
         super().__init__(message)
 
 
+class Refused(ConnectionLost):
+    """The server answered and refused, for a reason retrying cannot mend: a wrong role,
+    password, database or vhost, a connection option the driver rejects, TLS the other end
+    does not speak. ``key`` is the setting to check (``postgres.dsn``, ``rabbitmq.url``).
+
+    Starting up it is not retried: exit 2 at once (cli/main.py). A process already running
+    meets it as a lost connection, retried with backoff: an operator may be mending it.
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
 class OutcomeUnknown(ConnectionLost):
     """An enqueue whose COMMIT got no answer and whose fate could not be checked in time.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from jobq.config import ConnectConfig
-from jobq.core.errors import ConnectionLost, describe
+from jobq.core.errors import ConnectionLost, Refused, describe
 from jobq.core.port import Transport
 
 
@@ -23,7 +23,7 @@ async def open_transport(transport: Transport, connect: ConnectConfig, log: logg
             await transport.open()
             return
         except ConnectionLost as exc:
-            if attempt.last:
+            if attempt.last or isinstance(exc, Refused):  # a mistake is not mended by waiting
                 raise
             log.warning("could not start consuming (%s; attempt %s); retrying in %.1fs",
                         describe(exc), attempt, attempt.delay)

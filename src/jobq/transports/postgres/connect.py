@@ -21,6 +21,7 @@ from jobq.core.errors import ConnectionLost
 from jobq.core.within import Patience
 from jobq.transports import common
 from jobq.transports.common import error_text as _clean  # the name the connect loops use
+from jobq.transports.postgres.refusals import refusal, unparsable
 
 # A server that answers read-only (SQLSTATE 25006) is a standby now (a failover, or a DSN
 # that reached the wrong host): like a lost link, the work goes to a new connection, which
@@ -136,15 +137,25 @@ async def pooled(pool: Pool, what: str, seconds: float) -> AsyncIterator[Conn]:
 
 async def connect_once(dsn: str, connect: ConnectConfig, log: logging.Logger, *,
                        network_timeout: float) -> Conn:
-    """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end."""
+    """One autocommit connection, retried with backoff; ConnectionLost naming host:port at the end.
+
+    Refused at the first answer that retrying cannot change (a wrong role, database, password
+    or DSN option: refusals.py): not retried, whatever ``connect.attempts`` says.
+    """
     where = server_address(dsn)
-    params = network_params(dsn, network_timeout)
+    try:
+        params = network_params(dsn, network_timeout)
+    except psycopg.ProgrammingError as exc:
+        raise unparsable(exc) from exc
     async for attempt in connect.backoff().attempts(connect.attempts):
         try:
             return await psycopg.AsyncConnection.connect(
                 dsn, autocommit=True, connect_timeout=max(1, round(connect.timeout)), **params
             )
         except psycopg.Error as exc:
+            refused = refusal(exc, where, dsn)
+            if refused is not None:
+                raise refused from exc
             if attempt.last:
                 raise ConnectionLost(
                     f"cannot reach PostgreSQL at {where} after {attempt.number} attempts: {_clean(exc)}"

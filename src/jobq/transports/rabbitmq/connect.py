@@ -22,6 +22,7 @@ from jobq.core.errors import ConnectionLost
 from jobq.core.within import Deadline
 from jobq.transports import common
 from jobq.transports.rabbitmq import reading
+from jobq.transports.rabbitmq.refusals import describe_connect, refusal
 
 CLOSE_TIMEOUT = 2.0  # a connection.close that gets no answer is given up on
 
@@ -34,11 +35,6 @@ LINK_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
-
-# A refused login: a wrong mechanism, or (aiormq 7) a wrong user or password, which the broker
-# reports by closing the connection during the handshake.
-LOGIN_REFUSED = (aiormq.exceptions.AuthenticationError,
-                 aiormq.exceptions.ProbableAuthenticationError)
 
 
 def server_address(url: str) -> str:
@@ -150,17 +146,14 @@ class RabbitLink:
         async for attempt in self._connect.backoff().attempts(limit):
             try:
                 conn = await self._connect_any()
-            except LOGIN_REFUSED as exc:
-                raise ConnectionLost(f"RabbitMQ at {self.address} refused the login "
-                                     f"(check the user and password in rabbitmq.url or "
-                                     f"rabbitmq.urls)") from exc
             except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
                 where = ", ".join(self._addresses)
                 if attempt.last:
                     raise ConnectionLost(f"cannot reach RabbitMQ at {where} after "
-                                         f"{attempt.number} attempts: {describe_amqp(exc)}") from exc
+                                         f"{attempt.number} attempts: {describe_connect(exc)}"
+                                         ) from exc
                 self._log.warning("cannot reach RabbitMQ at %s (attempt %s): %s; retrying in %.1fs",
-                                  where, attempt, describe_amqp(exc), attempt.delay)
+                                  where, attempt, describe_connect(exc), attempt.delay)
                 continue
             if cancelled():  # connected as a cancel came, which the connect swallowed
                 with contextlib.suppress(Exception):
@@ -179,10 +172,12 @@ class RabbitLink:
     async def _connect_any(self) -> AbstractConnection:
         """One try of every node, from the one that answered last; the last error if none does.
 
-        A node that refuses the login fails at once (AuthenticationError): the same user and
-        password are meant for every node, so another would refuse too.
+        A node that refuses (refusals.py: the login, the vhost, the TLS settings) fails at once
+        with Refused: the same URL settings are meant for every node, so another would refuse
+        too.
         """
         count = len(self._urls)
+        key = "rabbitmq.urls" if count > 1 else "rabbitmq.url"
         failure: BaseException | None = None
         for step in range(count):
             index = (self._next + step) % count
@@ -190,14 +185,18 @@ class RabbitLink:
                 conn = await aio_pika.connect(
                     self._urls[index], timeout=self._connect.timeout,
                     client_properties={"connection_name": self._name()})
-            except LOGIN_REFUSED:
-                self.address = self._addresses[index]
-                raise
-            except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError) as exc:
+            except (aiormq.exceptions.AMQPError, OSError, TimeoutError, RuntimeError,
+                    ValueError) as exc:
+                refused = refusal(exc, self._urls[index], self._addresses[index], key)
+                if refused is not None:
+                    self.address = self._addresses[index]
+                    raise refused from exc
+                if isinstance(exc, ValueError):
+                    raise
                 failure = exc
                 if count > 1:
                     self._log.info("RabbitMQ node %s does not answer (%s); trying the next",
-                                   self._addresses[index], describe_amqp(exc))
+                                   self._addresses[index], describe_connect(exc))
                 continue
             self._next, self.address = index, self._addresses[index]
             return conn
