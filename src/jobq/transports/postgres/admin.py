@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch, pooled, translated
 from jobq.transports.postgres.control import JobControl
+from jobq.transports.postgres.refusals import schema_mistake
 from jobq.transports.postgres.retention import Pruner
 from jobq.transports.postgres.sql import Migration, Queries, migrations
 
@@ -55,9 +57,16 @@ async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], ne
     Without it a consumer started before ``jobq init``, or under a role short of a grant,
     retries its claim forever (or ends with the server's bare "relation does not exist").
     """
-    problems = await fetch("schema_problems", {
-        "names": [sql.Identifier(schema, t).as_string(None) for t in needs],
-        "privileges": list(needs.values())})
+    try:
+        problems = await fetch("schema_problems", {
+            "names": [sql.Identifier(schema, t).as_string(None) for t in needs],
+            "privileges": list(needs.values())})
+    except TransportError as exc:  # no USAGE on the schema: even looking in it is denied
+        if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise
+        raise ConfigError(f"its role may not use schema {schema!r}, which "
+                          f"{needed_by} needs ({exc.__cause__}): grant it USAGE (docs/security.md "
+                          "lists each role's grants)", key="postgres.dsn") from exc
     missing = sorted({name for name, privilege, _ in problems if privilege is None})
     if missing:
         raise ConfigError(
@@ -70,6 +79,20 @@ async def require_schema(fetch: Fetch, schema: str, needs: Mapping[str, str], ne
                           "it (docs/security.md lists each role's grants)")
 
 
+def explained(fetch: Fetch, explain: Callable[[BaseException | None], ConfigError | None]
+              ) -> Fetch:
+    """``fetch`` raising ``explain``'s ConfigError for the TransportErrors it explains."""
+    async def run(name: str, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        try:
+            return await fetch(name, params)
+        except TransportError as exc:
+            mistake = explain(exc.__cause__)
+            if mistake is None:
+                raise
+            raise mistake from exc
+    return run
+
+
 class PostgresAdmin:
     """Schema, dead letters, stats and pruning for one queue."""
 
@@ -79,11 +102,16 @@ class PostgresAdmin:
         self._pruner = pruner or Pruner(pool, settings, queue=queue)
         self._schema = settings.schema
         self._q = Queries(settings.schema)
-        self._fetch = pool_fetch(pool, self._q)
+        self._raw = pool_fetch(pool, self._q)
         # What consumers ask every second or so (depth, pause): a look left running when
         # its consumer stops must end within the deadline (psycopg's own cancel of a
         # statement on a dark link waits 5 + 5 s; seen as a shutdown 3 s over its bound).
-        self._look = pool_fetch(pool, self._q, settings.network_deadline)
+        self._raw_look = pool_fetch(pool, self._q, settings.network_deadline)
+        # A schema `jobq init` never made, or a missing grant: exit 2 naming the fix, not
+        # the server's words with exit 3 as if it were away.
+        self._explain = functools.partial(schema_mistake, schema=settings.schema, dsn=settings.dsn)
+        self._fetch = explained(self._raw, self._explain)
+        self._look = explained(self._raw_look, self._explain)
         self._queue = queue
         self._control = JobControl(self._fetch, queue=queue, channel=self._q.channel,
                                    requeue_dead=self.dead_requeue)
@@ -107,7 +135,13 @@ class PostgresAdmin:
 
     async def init(self) -> str:
         """Create or upgrade the schema; one line naming the migrations applied now, if any."""
-        applied = await self._migrate()
+        try:
+            applied = await self._migrate()
+        except TransportError as exc:  # a role that may not create the schema
+            mistake = self._explain(exc.__cause__)
+            if mistake is None:
+                raise
+            raise mistake from exc
         return f"schema {self._schema!r}: " + (
             ", ".join(f"applied migration {m.version} ({m.title})" for m in applied) or "up to date")
 
@@ -156,6 +190,9 @@ class PostgresAdmin:
     async def prune(self, state: str, older_than: float) -> int:
         """Delete ``state`` jobs finished more than ``older_than`` s ago, batched as the
         consumers' pruner does (it is the same code, and takes the same lock)."""
+        # Checked first: a DELETE that fails closes the pruner's connection, and the pool
+        # says so on stderr beside the error.
+        await require_schema(self._fetch, self._schema, {"jobs": "SELECT,DELETE"}, "jobq prune")
         return await self._pruner.prune(state, older_than)
 
     async def depth(self) -> Depth:
@@ -185,7 +222,7 @@ class PostgresAdmin:
 
     async def pause_state(self) -> PauseState:
         """Whether the queue is paused and since when."""
-        rows = await self._queues("paused", needed=False, fetch=self._look)
+        rows = await self._queues("paused", needed=False, fetch=self._raw_look)
         since = rows[0][0] if rows else None
         return PauseState(paused=since is not None, since=since)
 
@@ -195,10 +232,13 @@ class PostgresAdmin:
         schema from before migration 7 has none: no rows (never paused), or, where it is
         ``needed``, a ConfigError naming `jobq init`."""
         try:
-            return await (fetch or self._fetch)(name, {"queue": self._queue})
+            return await (fetch or self._raw)(name, {"queue": self._queue})
         except TransportError as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+            mistake = self._explain(exc.__cause__)
+            if mistake is None:
                 raise
+            if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                raise mistake from exc
             if needed:
                 raise ConfigError(f"postgres.schema {self._schema!r} has no queues table (pause "
                                   "and resume, migration 7): run `jobq init` with the same "

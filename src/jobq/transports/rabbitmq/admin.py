@@ -34,6 +34,7 @@ from jobq.transports.rabbitmq.codec import (
 )
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
 from jobq.transports.rabbitmq.pause import PauseFlag
+from jobq.transports.rabbitmq.refusals import not_declared
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
 
@@ -130,14 +131,13 @@ class RabbitAdmin:
                 if name not in (t.alone, t.paused, t.cancelled):
                     queue = await channel.declare_queue(name, passive=True)
                     counts[name] = int(queue.declaration_result.message_count or 0)
-        # Last, on a channel of its own: a topology an older jobq declared has no <q>.alone
-        # until a consumer or `jobq init` of this one runs, and a passive declare of a missing
-        # queue closes its channel.
+        # Last, on a channel of its own: a topology of an older jobq has no <q>.alone until a
+        # consumer or `jobq init` of this one runs (a passive declare of it closes its channel).
         try:
             async with self._channel(confirms=False) as channel:
                 queue = await channel.declare_queue(t.alone, passive=True)
                 counts[t.alone] = int(queue.declaration_result.message_count or 0)
-        except TransportError as exc:
+        except (TransportError, ConfigError) as exc:  # ConfigError: _channel's not declared
             if not isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
                 raise
         retry = sum(counts[t.tier_name(d)] for d in t.tiers)
@@ -166,7 +166,7 @@ class RabbitAdmin:
                 flag: AbstractQueue = await channel.declare_queue(self._topology.paused,
                                                                   passive=True)
                 return await self._flag.state(flag)
-        except TransportError as exc:
+        except (TransportError, ConfigError) as exc:
             if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
                 return PauseState(paused=False)  # declared by an older jobq: never paused
             raise
@@ -330,8 +330,8 @@ class RabbitAdmin:
             async with short_channel(self._link, confirms=confirms, what="rabbitmq admin") as ch:
                 yield ch
         except TransportError as exc:
-            if isinstance(exc.__cause__, aiormq.exceptions.ChannelNotFoundEntity):
-                raise TransportError(f"{exc}; run `jobq init --transport=rabbitmq` to declare "
-                                     f"queue {self._queue!r}") from exc.__cause__
+            if not_declared(exc.__cause__):  # `jobq init` never ran: exit 2, not 3
+                raise ConfigError(f"{exc}; run `jobq init --transport=rabbitmq` to declare "
+                                  f"queue {self._queue!r}", key="queue") from exc.__cause__
             raise
 
