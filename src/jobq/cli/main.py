@@ -1,8 +1,8 @@
 """Command-line entry points: ``consumer``, ``producer`` and ``jobq`` (admin).
 
-Exit codes: 0 done; 1 unexpected error, or an app's hook failed; 2 bad config or arguments (or
-a job refused at enqueue: too large, malformed); 3 server unreachable or failing; 4 queue full
-(limits.max_pending still reached after limits.enqueue_timeout); 130 after a second signal.
+Exit codes: 0 done; 1 unexpected error, or an app's hook failed; 2 a mistake, at once: config,
+arguments, a job refused at enqueue, a server refusing role/database/password/vhost/TLS, no
+`jobq init`; 3 server unreachable (after connect.attempts) or failing; 4 queue full; 130 signal.
 """
 
 from __future__ import annotations
