@@ -12,10 +12,10 @@ from pamqp.commands import Basic
 
 from jobq.config import ConnectConfig, RabbitConfig
 from jobq.core.job import Ack, Dead, Job, Release, RetryIn, Spent
+from jobq.transports.rabbitmq.acks import AckTracker
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
 from jobq.transports.rabbitmq.crashes import crash_copy
-from jobq.transports.rabbitmq.solos import SOLO_ROUND
 
 
 def job(attempt: int, max_attempts: int = 3) -> Job:
@@ -48,13 +48,14 @@ class FakeSession:
 
     def __init__(self) -> None:
         self.published: list[dict[str, Any]] = []
-        self.completed: list[int] = []
+        self.completed: list[int] = []  # acks sent
+        self.ack_delay = 0.0  # > 0: an ack goes out this long after its completion
         self.alone: list[Any] = []  # what basic.get on q.alone hands out, in order
         self.gets = 0
         self.consumer_tag: str | None = "ctag-1"
         self.sender = SimpleNamespace(basic_publish=self._publish)
         self.raw = SimpleNamespace(basic_get=self._get)
-        self.tracker = SimpleNamespace(waiting=False)
+        self.tracker = AckTracker()
         self.holding = False
         self.last_ack = 0.0
         self.wake = asyncio.Event()
@@ -75,7 +76,14 @@ class FakeSession:
         return self.alone.pop(0) if self.alone else SimpleNamespace(delivery=Basic.GetEmpty())
 
     def complete(self, tag: int) -> None:
-        self.completed.append(tag)
+        if not self.ack_delay:
+            self.completed.append(tag)
+            return
+        self.tracker.complete(tag)
+        asyncio.get_running_loop().call_later(self.ack_delay, self._send)
+
+    def _send(self) -> None:  # as the ack loop: every completed tag's ack goes out
+        self.completed += self.tracker.stragglers()
 
     def hold_acks(self) -> None:
         self.holding = True
@@ -144,7 +152,7 @@ async def test_crash_redeliveries_on_the_work_queue_go_to_the_alone_queue_unchar
     assert sorted(session.completed) == [1, 2, 3, 4]  # each original acked once copied
 
 
-async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -> None:
+async def test_alone_copies_are_taken_one_at_a_time_beside_the_work() -> None:
     transport, session = await consuming()
     await arrive(transport, session, message(1))
     (plain,) = await transport.receive(10, 0.01)
@@ -154,16 +162,17 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     transport._solo.alone.due = True  # as the watcher finds it
     await arrive(transport, session, message(3))
 
-    assert await transport.receive(10, 0.01) == []  # not while another job is out
-    assert session.gets == 0  # nothing taken from q.alone meanwhile: it would wait unstarted
-    await transport.settle(plain, Ack())
+    # A copy is taken while job-1 is still out: suspects run beside the work (job-1 included).
     # job-6's crash used up its attempts: not copied, but handed to the pool with that fact,
     # which decides it (dead, with the transport's reason) and never runs it.
     (spent,) = await transport.receive(10, 0.01)
     assert spent.job.id == "job-6" and isinstance(spent.fact, Spent)
     assert "job-6" not in {p["properties"].message_id for p in session.published}
+    (work,) = await transport.receive(10, 0.01)  # one copy out: the work queue's turn
+    assert work.job.id == "job-3" and not work.isolate
+    assert await transport.receive(10, 0.01) == []  # nothing more: the copy out is not settled
     await transport.settle(spent, Dead(spent.fact.reason))
-    (alone,) = await transport.receive(10, 0.01)
+    (alone,) = await transport.receive(10, 0.01)  # its settle lets the next one be taken
 
     assert alone.isolate and alone.job.id == "job-7"
     copies = {p["properties"].message_id: p for p in session.published}
@@ -171,18 +180,20 @@ async def test_alone_copies_are_taken_one_at_a_time_once_nothing_else_is_out() -
     dead = headers(copies["job-6"])
     assert copies["job-6"]["exchange"] == "q.dlx" and "x-jobq-isolate" not in dead
     assert dead["x-jobq-error"].startswith("lost mid-job: killed or stalled its consumer while running alone")
-    assert await transport.receive(10, 0.01) == []  # nothing else while it runs
+    assert await transport.receive(10, 0.01) == []  # one copy out at a time
     await transport.settle(alone, RetryIn(0, "failed cleanly"))
     assert "x-jobq-isolate" not in headers(session.published[-1])  # a clean failure: unmarked
     assert session.published[-1]["routing_key"] == "q"
 
-    (again,) = await transport.receive(10, 0.01)  # job-5's charged copy, alone too
+    (again,) = await transport.receive(10, 0.01)  # job-5's charged copy, next
     assert again.isolate and (again.job.id, again.job.attempt) == ("job-5", 2)
     await transport.settle(again, Release())  # handed back at shutdown: to q.alone, mark and attempt kept
     assert session.published[-1]["routing_key"] == "q.alone"
     session.alone.clear()
-    (after,) = await transport.receive(10, 0.01)  # q.alone empty: back to the work queue
-    assert after.job.id == "job-3" and not after.isolate and not transport._solo.alone.due
+    for delivery in (plain, work):
+        await transport.settle(delivery, Ack())
+    assert await transport.receive(10, 0.01) == []  # q.alone empty: back to the work queue only
+    assert not transport._solo.alone.due
 
 
 async def test_alone_copies_due_while_reconnecting_do_not_make_receive_spin() -> None:
@@ -277,22 +288,19 @@ async def test_a_spent_copy_taken_for_a_cancelled_receive_goes_back_charged_and_
     assert again.fact.reason == "attempt 4 is over max_attempts 3 (header x-jobq-attempt)"
 
 
-async def test_work_that_waits_gets_its_turn_after_a_round_of_runs_alone() -> None:
+async def test_the_next_copy_waits_for_the_last_ones_ack_to_go_out() -> None:
+    # If the process died after a suspect settled but before its ack went out, the suspect
+    # would come back from q.alone and be charged a crash it did not cause.
     transport, session = await consuming()
-    await arrive(transport, session, message(1), message(2))
-    session.alone += [message(10 + n, **{"x-jobq-isolate": 1}) for n in range(SOLO_ROUND + 2)]
+    session.ack_delay = 0.05
+    session.alone += [message(10, **{"x-jobq-isolate": 1}), message(11, **{"x-jobq-isolate": 1})]
     transport._solo.alone.due = True
-    solos = []
-    for _ in range(SOLO_ROUND):
-        (solo,) = await transport.receive(10, 0.01)
-        solos.append(solo.job.id)
-        await transport.settle(solo, Ack())
-    batch = await transport.receive(10, 0.01)  # the work queue's turn
-    assert [d.job.id for d in batch] == ["job-1", "job-2"] and not any(d.isolate for d in batch)
-    for delivery in batch:
-        await transport.settle(delivery, Ack())
-    (solo,) = await transport.receive(10, 0.01)  # then runs alone again
-    assert solo.isolate and solo.job.id == f"job-{10 + SOLO_ROUND}"
+    (first,) = await transport.receive(10, 0.01)
+    await transport.settle(first, Ack())
+    acked_before = list(session.completed)
+    (second,) = await transport.receive(10, 0.5)
+    assert second.job.id == "job-11"
+    assert first.handle.tag in session.completed and first.handle.tag not in acked_before
 
 
 async def test_on_classic_a_first_redelivery_runs_again_marked_and_a_second_goes_alone() -> None:

@@ -58,6 +58,14 @@ class AckTracker:
         """How many completed tags no ack has covered yet."""
         return len(self._unsent)
 
+    def unsent_now(self) -> frozenset[int]:
+        """The completed tags no ack frame has covered yet, as of now."""
+        return frozenset(self._unsent)
+
+    def any_unsent(self, tags: frozenset[int]) -> bool:
+        """True while one of ``tags`` is not yet covered by an ack frame."""
+        return not self._unsent.isdisjoint(tags)
+
     @property
     def waiting(self) -> bool:
         """True when completed tags are not yet covered by an ack."""

@@ -9,7 +9,7 @@ local list (``state.Inbox``) that ``receive`` hands out. The parts, each a modul
   says: hands it out, holds it until due or sends it on (``_not_yet``), or copies it forward;
 - settling.py, forwarding.py: the pool's decisions carried out, as acks and as copies (retry
   tiers, dead letter, release) confirmed before the original's ack;
-- solos.py: the runs alone, the copies in ``<q>.alone`` taken one at a time (see alone.py).
+- solos.py: the suspects, the copies in ``<q>.alone`` taken one at a time (see alone.py).
 
 While the queue is paused (``quiesce``) the consumer is cancelled, as at shutdown, and what
 had arrived is released; a new session does not subscribe until the resume. A message whose id
@@ -195,7 +195,7 @@ class RabbitTransport:
     async def receive(self, max_count: int, timeout: float) -> list[Delivery]:
         """Up to ``max_count`` deliveries that arrived; wait up to ``timeout`` for the first.
 
-        While ``<q>.alone`` holds copies, one of them alone instead (see solos.py).
+        While ``<q>.alone`` holds copies and none is out, one of them first (see solos.py).
         """
         solo, arrived = self._solo, self._inbox.arrived
         if solo.turn():
@@ -204,12 +204,9 @@ class RabbitTransport:
                 return taken
         if not arrived:
             await self._wait(timeout)
-            if not arrived and solo.takes():  # woken for <q>.alone
+            if not arrived and solo.turn():  # woken for <q>.alone
                 return await solo.receive(timeout) or []
-        batch = self._inbox.take(max_count)
-        if batch:
-            solo.solos = 0
-        return batch
+        return self._inbox.take(max_count)
 
     async def _wait(self, timeout: float) -> None:
         """Until something arrives, ``<q>.alone`` can be taken from, or ``timeout`` passes."""
@@ -217,13 +214,13 @@ class RabbitTransport:
         deadline = loop.time() + timeout
         stalled_since: float | None = None
         inbox, solo = self._inbox, self._solo
-        while not inbox.arrived and not solo.takes():
+        while not inbox.arrived and not solo.turn():
             session = self._sessions.current
             if session is None or not session.alive:
                 await self._sessions.live(timeout)
                 continue
             await inbox.sleep(deadline)
-            if inbox.arrived or solo.takes() or loop.time() < deadline:
+            if inbox.arrived or solo.turn() or loop.time() < deadline:
                 continue
             # A silent drain probe (--once): while the queue still holds ready messages (or
             # cannot say), wait for them another drain_timeout, and again, up to DRAIN_STALL.

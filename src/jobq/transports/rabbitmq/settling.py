@@ -45,7 +45,7 @@ class Settler:
 
     async def _ack(self, delivery: Delivery) -> None:
         """Ack with the next batch, on the delivery's own channel."""
-        self._done()
+        self._done(delivery)
         handle: Handle = delivery.handle
         if handle.session.alive:
             handle.session.complete(handle.tag)
@@ -71,7 +71,7 @@ class Settler:
             await self._forwarder.forward(delivery, "", tier or self._topology.queue, headers,
                                           drop=MARKS if delay > 0 else (*MARKS, DUE))
         finally:
-            self._done()
+            self._done(delivery)
 
     async def _dead(self, delivery: Delivery, reason: str, error: AttemptError | None) -> None:
         """Publish to ``<q>.dlx`` with the reason in the headers (confirmed), then ack."""
@@ -85,7 +85,7 @@ class Settler:
             await self._forwarder.forward(delivery, self._topology.dlx, self._topology.queue,
                                           headers, drop=(*MARKS, DUE))
         finally:
-            self._done()
+            self._done(delivery)
 
     async def _cancel(self, delivery: Delivery, reason: str) -> None:
         """Ack: the job is gone from the queue (its tombstone stays until it expires)."""
@@ -99,14 +99,16 @@ class Settler:
         try:
             await self._forwarder.give_back(delivery)
         finally:
-            self._done()
+            self._done(delivery)
 
-    def _done(self) -> None:
-        """A delivery handed out is being settled: a run alone waits for none to be out."""
-        inbox = self._inbox
-        inbox.out -= 1
-        if not inbox.out and self._alone.due:
-            inbox.wake()
+    def _done(self, delivery: Delivery) -> None:
+        """``delivery``, handed out, is being settled; the suspect's: the next may be taken."""
+        self._inbox.out -= 1
+        alone = self._alone
+        if alone.out is not None and delivery.handle is alone.out:
+            alone.out = None
+            if alone.due:
+                self._inbox.wake()
 
 
 def _keep(headers: dict[str, Any], delivery: Delivery, error: AttemptError | None) -> None:

@@ -1,11 +1,10 @@
-"""The consumer's runs alone: the copies in ``<q>.alone`` (see alone.py), taken one at a time.
+"""The consumer's suspects: the copies in ``<q>.alone`` (see alone.py), taken one at a time.
 
 A crash redelivery is not run but copied to ``<q>.alone`` (on a classic queue: its second; the
 first goes back to the work queue marked, see crashes.py), which no one subscribes to. While
-it holds copies, the consumer hands out no more work, lets what is out settle, and takes them
-one at a time with basic.get, each handed out alone, so a crash during that run can only be
-its own. At most SOLO_ROUND runs alone in a row while work from the work queue waits: that work
-is held unacked meanwhile, and the broker's consumer_timeout counts for it too.
+it holds copies, the consumer takes them one at a time with basic.get, the next once the one
+before it settled and its ack went out, and hands each out beside the work of the work queue,
+which goes on: a crash while one is out is charged to it (docs/architecture.md, "Crashes").
 """
 
 from __future__ import annotations
@@ -31,12 +30,11 @@ from jobq.transports.rabbitmq.supervisor import Supervisor
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
 
-ACK_POLLS = 50  # before a run alone: ack_intervals to wait for owed acks to be sent
-SOLO_ROUND = 8  # runs alone in a row, at most, while work from the work queue waits
+ACK_POLLS = 50  # before the next suspect: ack_intervals to wait for the acks owed
 
 
 class RunAlone:
-    """Takes one consumer's copies from ``<q>.alone``, each once nothing else is out."""
+    """Takes one consumer's copies from ``<q>.alone``, one out at a time."""
 
     def __init__(self, alone: AloneQueue, sessions: Supervisor, forwarder: Forwarder, *,
                  rules: Rules, topology: Topology, settings: RabbitConfig, inbox: Inbox,
@@ -54,7 +52,6 @@ class RunAlone:
         self._tasks = tasks
         self._log = log
         self._watcher: asyncio.Task[None] | None = None  # looks at <q>.alone (_watch)
-        self.solos = 0  # runs alone since work from the work queue was last handed out
 
     def takes(self) -> bool:
         """True while ``<q>.alone`` holds copies and a live session can take them.
@@ -67,23 +64,15 @@ class RunAlone:
                 and session.alive)
 
     def turn(self) -> bool:
-        """True when the next receive is a run alone (SOLO_ROUND in a row at most while work
-        from the work queue waits)."""
-        return self.takes() and not (self.solos >= SOLO_ROUND and self._inbox.arrived)
+        """True when the next receive takes a copy: there are some, and none is out."""
+        return self.takes() and self.alone.out is None
 
     async def receive(self, timeout: float) -> list[Delivery] | None:
-        """The next copy from ``<q>.alone``, once nothing else is out; None once it is empty.
+        """The next copy from ``<q>.alone`` (``turn`` said so); None once it is empty.
 
-        [] if what is out does not settle within ``timeout`` (nothing more is handed out
-        meanwhile, so it drains). Deliveries of the work queue that arrive meanwhile wait
-        unacked: if the run alone kills the process they come back uncharged (not marked).
+        The work queue's deliveries go on being handed out beside it; if the process dies
+        while it is out, they come back refunded, it charged.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._inbox.out:  # a run alone included
-            if loop.time() >= deadline:
-                return []
-            await self._inbox.sleep(deadline)  # woken by the settle that leaves none out
         session = self._sessions.current
         if session is None or not session.alive:
             return None
@@ -105,7 +94,7 @@ class RunAlone:
         if delivery is None:
             return None
         self._inbox.out += 1
-        self.solos += 1
+        self.alone.out = delivery.handle
         return [delivery]
 
     async def take(self, session: Session, wanted: list[bool]) -> Delivery | None:
@@ -153,9 +142,13 @@ class RunAlone:
         return None
 
     async def _acks_sent(self, session: Session) -> None:
-        """Until every completed tag's ack is sent (the ack loop sends within ack_interval)."""
+        """Until the acks owed now are sent (the ack loop sends within ack_interval): the last
+        suspect's and those of the originals copied to ``<q>.alone``. Should the process die
+        before, they would come back, the suspect charged a crash it did not cause, an
+        original copied (charged) twice. Acks owed later, of the work beside, need not wait."""
+        owed = session.tracker.unsent_now()
         for _ in range(ACK_POLLS):
-            if not (session.alive and session.tracker.waiting):
+            if not (owed and session.alive and session.tracker.any_unsent(owed)):
                 return
             await asyncio.sleep(self._settings.ack_interval)
 
