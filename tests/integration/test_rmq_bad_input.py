@@ -33,11 +33,22 @@ BAD = [  # (body, message_id, type, headers, the reason it must be dead-lettered
      "MalformedJob: body is nested too deeply to decode"),
     (b"{}", "b5", "k" * 201, {}, "MalformedJob: kind is longer than 200 characters"),
     (b"{}", "b6", "demo", {"x-jobq-attempt": "3"},
-     "MalformedJob: header x-jobq-attempt is not an integer >= 0 (got str '3')"),
+     "MalformedJob: header x-jobq-attempt is not an integer >= 1 (got str '3')"),
     (json.dumps({"pad": "x" * 8000}).encode(), "b7", "demo", {},
      "MalformedJob: body is 8,011 bytes as JSON, over the limit of 7,000 (limits.max_payload)"),
     (b"{}", "b8", "demo", {"h": "x" * 100_000},
      "MalformedJob: headers are 100,009 bytes as JSON, over the limit of 65,536 (limits.max_headers)"),
+    # Issue 37: jobq's own headers of a wrong type or range were ignored (a due time that could
+    # not be read ran the job at once) or ran a job as attempt 0.
+    (b"{}", "b10", "demo", {"x-jobq-due": "1700000000000"},
+     "MalformedJob: header x-jobq-due is not an integer, epoch milliseconds (got str '1700000000000')"),
+    (b"{}", "b11", "demo", {"x-jobq-due": 2**62},
+     f"MalformedJob: header x-jobq-due is out of range ({2**62}: years 1 to 9999 only)"),
+    (b"{}", "b12", "demo", {"x-jobq-attempt": 0},
+     "MalformedJob: header x-jobq-attempt is not an integer >= 1 (got int 0)"),
+    (b"{}", "b13", "demo", {"x-jobq-enqueued-at": "yesterday"},
+     "MalformedJob: header x-jobq-enqueued-at is not an integer, epoch milliseconds (got str "
+     "'yesterday')"),
     (b"{}", "b9", "mystery", {},
      "UnknownKind: no processor for kind 'mystery' (known kinds: demo; no default processor)"),
 ]

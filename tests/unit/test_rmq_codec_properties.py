@@ -83,4 +83,4 @@ def test_decimal_and_nested_header_values_become_text() -> None:
                              headers={"price": Decimal("1.50"), "tags": ["a", b"b"], "n": 3})
     job, problem = decode(b"{}", props, queue="q", max_attempts=5, fallback_id="x")
     assert problem is None
-    assert job.headers == {"price": "1.50", "tags": "['a', b'b']", "n": "3"}
+    assert job.headers == {"price": "1.50", "tags": '["a", "b"]', "n": "3"}

@@ -81,6 +81,30 @@ def headers_problem(headers: Mapping[Any, Any]) -> str | None:
     return None
 
 
+def header_text(value: Any) -> str:
+    """A received header value as the handler gets it in ``job.headers``, the same on both
+    backends (docs/wire-format.md): text as it is, nothing (JSON null, AMQP void) as "", bytes
+    as UTF-8 (undecodable bytes replaced), a nested object or array as its JSON text, any other
+    scalar (number, boolean, decimal, time) as Python's ``str`` of it. Never raises."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, Mapping | list | tuple):
+        try:
+            return json.dumps(value, ensure_ascii=False, default=_plain)
+        except (ValueError, TypeError, RecursionError):
+            return f"<{type(value).__name__} that cannot be shown as JSON>"
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value inside a header that JSON has no type for."""
+    return header_text(value) if isinstance(value, bytes | bytearray) else str(value)
+
+
 MAX_KEY = 255  # characters of a unique key
 
 

@@ -16,7 +16,7 @@ from jobq.core.errors import ConfigError, TransportError
 from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch, pooled, translated
-from jobq.transports.postgres.control import JobControl
+from jobq.transports.postgres.control import JobControl, job_id
 from jobq.transports.postgres.refusals import schema_mistake
 from jobq.transports.postgres.retention import Pruner
 from jobq.transports.postgres.sql import Migration, Queries, migrations
@@ -175,8 +175,17 @@ class PostgresAdmin:
 
     async def dead_requeue(self, ids: Sequence[str] | None = None, kind: str | None = None
                            ) -> list[str]:
-        """Move dead jobs back to pending with attempts reset; unknown ids are refused."""
+        """Move dead jobs back to pending with attempts reset; unknown ids are refused, and so
+        are ids of jobs that could never run (a kind, payload or headers the schema refuses
+        as pending: migration 13); without ids, such jobs stay dead."""
         numbers = await self._check_ids(ids)
+        if numbers:
+            unrunnable = await self._fetch("dead_unrunnable", {"queue": self._queue, "ids": numbers})
+            if unrunnable:
+                raise ConfigError("; ".join(f"job {job_id} cannot run again: {why}"
+                                            for job_id, why in unrunnable)
+                                  + ": nothing requeued (`jobq dead purge --id` removes it)",
+                                  key="--id")
         rows = await self._fetch("dead_requeue", {"queue": self._queue, "ids": numbers, "kind": kind})
         return [str(row[0]) for row in rows]
 
@@ -249,11 +258,7 @@ class PostgresAdmin:
         """``ids`` as the table's integers; ConfigError for one that is not a dead job here."""
         if not ids:
             return None
-        bad = [i for i in ids if not (i.isascii() and i.isdigit()) or len(i) > 19]
-        if bad:
-            raise ConfigError(f"not a job id: {', '.join(bad)} (ids are integers on PostgreSQL)",
-                              key="--id")
-        numbers = [int(i) for i in ids]
+        numbers = [job_id(i) for i in ids]
         found = {row[0] for row in await self._fetch(
             "dead_existing", {"queue": self._queue, "ids": numbers})}
         missing = [i for i in numbers if i not in found]

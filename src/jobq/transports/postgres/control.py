@@ -14,13 +14,16 @@ from jobq.core.port import JOB_STATES, JobInfo
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch
 
-MAX_ID = 19  # digits of a bigint
+MAX_ID = 2**63 - 1  # a bigint's largest
 LOCK_WAIT = "2s"  # a cancel waits this long for a pending job's row held by someone else
 
 
 def job_id(text: str) -> int:
-    """A job id as the table's integer; ConfigError (key ``--id``) for one that is not."""
-    if not (text.isascii() and text.isdigit()) or len(text) > MAX_ID:
+    """A job id as the table's integer; ConfigError (key ``--id``) for one that is not. Ids
+    at or below zero are ids too: another writer can insert them (OVERRIDING SYSTEM VALUE)."""
+    digits = text[1:] if text.startswith("-") else text
+    if (not (digits.isascii() and digits.isdigit()) or len(digits) > 19
+            or not -MAX_ID - 1 <= int(text) <= MAX_ID):
         raise ConfigError(f"not a job id: {text!r} (ids are integers on PostgreSQL)", key="--id")
     return int(text)
 

@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from jobq.config import LimitsConfig
-from jobq.core.job import Delivery, Job
-from jobq.core.limits import DECODER, decode_object, headers_problem, kind_problem
+from jobq.core.job import Delivery, Job, Spent
+from jobq.core.limits import DECODER, decode_object, header_text, kind_problem
 
 Row = Sequence[Any]
 FIELDS = ("id", "kind", "payload", "headers", "attempts", "max_attempts", "created_at")
@@ -28,6 +28,18 @@ def _count(value: Any, name: str, minimum: int) -> tuple[int, str | None]:
     if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return value, None
     return max(minimum, 1), f"{name} is not an integer >= {minimum} (got {value!r:.40})"
+
+
+def spent(used: Any, max_attempts: Any) -> Spent | None:
+    """The fact for a job whose attempts were used up before this run (``used``, the row's
+    ``attempts`` before the claim, >= ``max_attempts``, as another writer or an operator can
+    leave a pending row): dead, unrun, as RabbitMQ's attempt header over max_attempts
+    (rabbitmq/inbound.py). None for a job with an attempt left (or counts that are not ints:
+    the row is malformed then)."""
+    if type(used) is int and type(max_attempts) is int and used >= max_attempts:
+        return Spent(f"attempt {used + 1} is over max_attempts {max_attempts} "
+                     f"(column attempts: {used} used before this run)")
+    return None
 
 
 def row_to_delivery(row: Row, queue: str, limits: LimitsConfig | None = None) -> Delivery:
@@ -72,7 +84,7 @@ def _checked(row: Row, queue: str, limits: LimitsConfig) -> Delivery:
     payload, problem = decode_object(raw_payload, "payload", limits.max_payload, "limits.max_payload")
     problems.append(problem)
     headers, problem = decode_object(raw_headers, "headers", limits.max_headers, "limits.max_headers")
-    problems.append(problem or headers_problem(headers))
+    problems.append(problem)
     attempt, problem = _count(attempts, "attempts", 0)
     problems.append(problem)
     most, problem = _count(max_attempts, "max_attempts", 1)
@@ -85,7 +97,7 @@ def _checked(row: Row, queue: str, limits: LimitsConfig) -> Delivery:
         attempt=attempt,
         max_attempts=most,
         enqueued_at=created_at if isinstance(created_at, datetime) else None,
-        headers={str(k): "" if v is None else str(v) for k, v in headers.items()} if headers else {},
+        headers={str(k): header_text(v) for k, v in headers.items()} if headers else {},
     )
     isolate = len(given) > len(FIELDS) and given[len(FIELDS)] is True
     return Delivery(job=job, handle=job_id, malformed=next((p for p in problems if p), None),

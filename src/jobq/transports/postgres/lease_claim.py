@@ -18,10 +18,12 @@ from typing import Any
 from jobq.config import LimitsConfig
 from jobq.core.job import Delivery
 from jobq.transports.postgres.cursor import ClaimCursor, Key
-from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.decode import row_to_delivery, spent
 from jobq.transports.postgres.held import pairs
 from jobq.transports.postgres.lease_run import Statements
 from jobq.transports.postgres.lease_state import LeaseState
+
+USED = 10  # claim's row: the job's attempts before this claim counted one
 
 
 class Claimer:
@@ -49,6 +51,8 @@ class Claimer:
             delivery.lapsed = lapsed
             if delivery.isolate:  # rescued: its consumer died or stalled holding it
                 delivery.job = dataclasses.replace(delivery.job, redelivered=True)
+            if delivery.malformed is None:
+                delivery.fact = spent(row[USED], row[5])
         return deliveries
 
     async def _claim(self, limit: int) -> tuple[str, list[Any]]:

@@ -31,6 +31,7 @@ from jobq.transports.postgres.claims import (
 )
 from jobq.transports.postgres.connect import translated
 from jobq.transports.postgres.decode import row_to_delivery
+from jobq.transports.postgres.decode import spent as used_up
 from jobq.transports.postgres.job_connection import JobConnection
 from jobq.transports.postgres.joined import Joined
 from jobq.transports.postgres.txn_hold import Holdings
@@ -121,7 +122,9 @@ class Taker:
         delivery.job = dataclasses.replace(delivery.job, context=JobConnection(conn, self._joined),
                                            redelivered=bool(row[LOST]))
         delivery.handle = Claim(conn, job_id, attempt, count, row[PICKED])
-        if spent:
+        if spent and count == 0 and used == max_attempts:  # the pick counted the last crash
             delivery.fact = Spent(f"the consumer died or lost its connection during each of its "
                                   f"{used} attempts (transaction mode)")
+        elif spent:  # attempts used up before this pick: another writer's, or an operator's
+            delivery.fact = used_up(used, max_attempts)
         return delivery

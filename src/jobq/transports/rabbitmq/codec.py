@@ -30,8 +30,16 @@ from jobq.config import LimitsConfig
 from jobq.core.attempts import HEADER_BUDGET
 from jobq.core.due import wait_of
 from jobq.core.job import Job
-from jobq.core.limits import decode_object, encode_new_job, kind_problem, too_large, utf8_size
+from jobq.core.limits import (
+    decode_object,
+    encode_new_job,
+    header_text,
+    kind_problem,
+    too_large,
+    utf8_size,
+)
 from jobq.core.port import NewJob
+from jobq.transports.rabbitmq.checks import counter_problem, time_problem
 from jobq.transports.rabbitmq.frames import Undecodable
 
 ATTEMPT = "x-jobq-attempt"
@@ -162,14 +170,6 @@ def _int(value: Any, default: int) -> int:
     return value if type(value) is int else default
 
 
-def _counter_problem(headers: Mapping[str, Any], name: str, minimum: int) -> str | None:
-    """Why jobq's counter header ``name`` is unusable; absent is fine (a foreign producer)."""
-    value = headers.get(name)
-    if value is None or (type(value) is int and value >= minimum):
-        return None
-    return f"header {name} is not an integer >= {minimum} (got {type(value).__name__} {value!r:.40})"
-
-
 PLAIN = ("; to take plain messages from producers that know nothing of jobq, set "
          "rabbitmq.default_kind (docs/wire-format.md)")
 
@@ -263,7 +263,8 @@ def decode(body: bytes, props: Basic.Properties, *, queue: str, max_attempts: in
         headers_problem = f"headers are not a table (got {type(raw_headers).__name__})"
     stamp = props.timestamp
     problem = (body_problem or id_problem or kind_problem_ or headers_problem
-               or _counter_problem(headers, ATTEMPT, 0) or _counter_problem(headers, MAX_ATTEMPTS, 1)
+               or counter_problem(headers, ATTEMPT, 1) or counter_problem(headers, MAX_ATTEMPTS, 1)
+               or time_problem(headers, DUE) or time_problem(headers, ENQUEUED_AT, seconds=True)
                or (None if stamp is None or type(stamp) is datetime else _stamp_problem(stamp)))
     job_id = props.message_id if isinstance(props.message_id, str) and props.message_id else None
     kind = props.message_type if isinstance(props.message_type, str) else ""
@@ -339,7 +340,5 @@ def _enqueued_at(precise: Any, coarse: Any) -> datetime | None:
 
 
 def as_text(value: Any) -> str:
-    """A header value as text."""
-    if isinstance(value, bytes | bytearray):
-        return value.reason if isinstance(value, Undecodable) else value.decode(errors="replace")
-    return str(value)
+    """A header value as text (``limits.header_text``: the same meaning on both backends)."""
+    return value.reason if isinstance(value, Undecodable) else header_text(value)

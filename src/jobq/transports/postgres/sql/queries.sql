@@ -18,7 +18,9 @@
 -- leaves the isolated jobs to "lone", and skips rows another consumer is claiming right now
 -- (SKIP LOCKED), so concurrent consumers never wait on each other.
 -- The UPDATE counts the attempt at claim time (a rescue refunds it when the crash cannot be
--- blamed on the job, see rescue). locked_by is this claim's token, "<consumer>/<claim number>":
+-- blamed on the job, see rescue), short of the integer's top (attempts another writer set
+-- there); RETURNING gives the attempts used before it too: a job that had used up its
+-- attempts (another writer's, or an operator's, doing) is dead-lettered unrun (decode.spent). locked_by is this claim's token, "<consumer>/<claim number>":
 -- every later write of the job (ack, retry, dead, release, heartbeat) matches it, so a
 -- delivery whose lease expired can never settle a newer claim of the same job.
 -- payload and headers come back as JSON text: jobq checks their size before parsing them, and a
@@ -32,7 +34,7 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
 lone AS (
-    SELECT id
+    SELECT id, attempts
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND isolate AND run_at <= now()
        AND %(lone)s
@@ -41,7 +43,7 @@ lone AS (
        FOR UPDATE SKIP LOCKED
 ),
 urgent AS (
-    SELECT id
+    SELECT id, attempts
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND priority > 0 AND NOT isolate
        AND run_at <= now() AND NOT EXISTS (SELECT FROM lone)
@@ -50,7 +52,7 @@ urgent AS (
        FOR UPDATE SKIP LOCKED
 ),
 batch AS (
-    SELECT id
+    SELECT id, attempts
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND NOT isolate AND run_at <= now()
        AND NOT EXISTS (SELECT FROM lone) AND NOT EXISTS (SELECT FROM urgent) {after}
@@ -59,21 +61,21 @@ batch AS (
        FOR UPDATE SKIP LOCKED
 ),
 picked AS (
-    SELECT id FROM lone
+    SELECT id, attempts FROM lone
     UNION ALL
-    SELECT id FROM urgent
+    SELECT id, attempts FROM urgent
     UNION ALL
-    SELECT id FROM batch
+    SELECT id, attempts FROM batch
 )
 UPDATE {jobs} AS j
    SET status = 'running',
-       attempts = j.attempts + 1,
+       attempts = j.attempts + (j.attempts < 2147483647)::int,
        locked_until = now() + make_interval(secs => %(lease)s),
        locked_by = %(token)s
   FROM picked, async_commit
  WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.payload::text, j.headers::text, j.attempts, j.max_attempts, j.created_at,
-          j.isolate, j.run_at, j.priority;
+          j.isolate, j.run_at, j.priority, picked.attempts;
 
 -- name: next_due
 -- Seconds until the queue's next pending job is due (NULL when none is), asked by a consumer
@@ -264,26 +266,31 @@ RETURNING j.id, j.status;
 -- RETURNING stale says which were counted here: the take counts the others. Such a job is
 -- marked isolate, as lease mode's rescue marks the jobs of a consumer that died: isolate
 -- (returned) is its Job.redelivered, for as long as the job lives.
+-- A pending row's locked_until further ahead than a pick's moment is no pick's (jobq writes
+-- none such; another writer may have): the job is picked as if it were NULL, and no start
+-- is counted for it. A count stops short of the integer's top, as the claim's.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 ),
 urgent AS (
-    SELECT id, run_at, priority, locked_until IS NOT NULL AS stale
+    SELECT id, run_at, priority, coalesce(locked_until <= now(), false) AS stale
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending' AND priority > 0
        AND run_at <= coalesce(%(until)s, now())
-       AND (locked_until IS NULL OR locked_until <= now())
+       AND (locked_until IS NULL OR locked_until <= now()
+            OR locked_until > now() + make_interval(secs => 2 * %(grace)s))
      ORDER BY priority DESC, run_at, id
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
 ),
 next AS (
-    SELECT id, run_at, 0 AS priority, locked_until IS NOT NULL AS stale
+    SELECT id, run_at, 0 AS priority, coalesce(locked_until <= now(), false) AS stale
       FROM {jobs}
      WHERE queue = %(queue)s AND status = 'pending'
        AND (run_at, id) > (%(after_run_at)s, %(after_id)s)
        AND run_at <= coalesce(%(until)s, now())
-       AND (locked_until IS NULL OR locked_until <= now())
+       AND (locked_until IS NULL OR locked_until <= now()
+            OR locked_until > now() + make_interval(secs => 2 * %(grace)s))
        AND NOT EXISTS (SELECT FROM urgent)
      ORDER BY run_at, id
      LIMIT %(limit)s
@@ -295,7 +302,7 @@ picked AS (
     SELECT * FROM next
 )
 UPDATE {jobs} AS j
-   SET attempts = j.attempts + picked.stale::int,
+   SET attempts = j.attempts + (picked.stale AND j.attempts < 2147483647)::int,
        isolate = j.isolate OR picked.stale,
        locked_until = now() + make_interval(secs => %(grace)s),
        locked_by = %(worker)s
@@ -324,7 +331,7 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 -- failure, txn_fail, clears it, so a retried job is not taken for an abandoned one).
 UPDATE {jobs}
    SET status = 'done', finished_at = now(),
-       attempts = attempts + %(count)s
+       attempts = attempts + (attempts < 2147483647)::int * %(count)s
  WHERE id = %(id)s AND status = 'pending' AND locked_by = %(worker)s
    AND locked_until = %(until)s;
 
@@ -545,6 +552,9 @@ SELECT id, kind, attempts, max_attempts, last_error, finished_at, payload::text,
 
 -- name: dead_requeue
 -- Selected dead jobs back to pending with their attempts reset (ids or kinds; both NULL: all).
+-- A dead job that could never run (migration 13's jobs_runnable_check: a kind, payload or
+-- headers the rule refuses as pending) stays dead: one such row must not fail the requeue of
+-- all the others; the caller names it (admin.py).
 -- A requeued job gives up its unique key (migration 6): another job may hold it by now, or
 -- several dead ones share it, and the requeue is the operator's explicit "run these again".
 WITH requeued AS (
@@ -554,12 +564,30 @@ WITH requeued AS (
      WHERE queue = %(queue)s AND status = 'dead'
        AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
        AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+       AND length(kind) BETWEEN 1 AND 200 AND jsonb_typeof(payload) = 'object'
+       AND jsonb_typeof(headers) = 'object'
     RETURNING id
 ),
 request AS (  -- a cancel request that outlived the job's last run must not stop the next
     DELETE FROM {cancels} WHERE job_id IN (SELECT id FROM requeued)
 )
 SELECT id FROM requeued ORDER BY id;
+
+-- name: dead_unrunnable
+-- Which of the given dead jobs could never run again (see dead_requeue), and why: `jobq dead
+-- requeue --id` and `jobq jobs retry` refuse them by name rather than leave them dead unsaid.
+SELECT id, CASE
+           WHEN length(kind) = 0 THEN 'its kind is empty'
+           WHEN length(kind) > 200 THEN 'its kind is longer than 200 characters'
+           WHEN jsonb_typeof(payload) <> 'object' THEN
+               'its payload is not a JSON object (got ' || jsonb_typeof(payload) || ')'
+           ELSE 'its headers are not a JSON object (got ' || jsonb_typeof(headers) || ')'
+       END
+  FROM {jobs}
+ WHERE queue = %(queue)s AND status = 'dead' AND id = ANY(%(ids)s::bigint[])
+   AND NOT (length(kind) BETWEEN 1 AND 200 AND jsonb_typeof(payload) = 'object'
+            AND jsonb_typeof(headers) = 'object')
+ ORDER BY id;
 
 -- name: dead_purge
 WITH purged AS (

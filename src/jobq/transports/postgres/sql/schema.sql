@@ -184,3 +184,78 @@ CREATE INDEX IF NOT EXISTS jobs_priority_idx ON {jobs} (queue, priority DESC, ru
 -- that never fails stores nothing and its ack writes nothing more; no claim reads it. Adding a
 -- column without a default rewrites no row.
 ALTER TABLE {jobs} ADD COLUMN IF NOT EXISTS errors jsonb;
+
+-- migration: 13 rules for foreign writers
+-- docs/wire-format.md invites any SQL client to insert jobs. The column types admit values jobq
+-- cannot give a meaning to, and some of them stopped more than their own job: a time Python
+-- cannot hold ('infinity', before year 1, after 9999) failed the loading of a whole claim's
+-- rows after it committed (the batch stranded running until its lease expired, again and
+-- again) and every `jobq jobs list` and `jobq stats` of the queue; attempts at the integer's top
+-- overflowed the claim's count, so no claim of the queue went through; a running row without a
+-- lease was never rescued. These CHECKs refuse such values at the INSERT (or UPDATE), naming
+-- the rule; docs/wire-format.md lists them, and the meaning of every value they let through.
+--   jobs_times_check: every time finite, from 0001-01-02 to 9999-12-30 (UTC): what Python's
+--     datetime holds, with a day's margin for any session time zone.
+--   jobs_attempts_check: attempts >= 0 (the attempts used; max_attempts >= 1 since migration 1).
+--   jobs_priority_check: priority from 0 to 9 (NewJob.priority; the claims' order).
+--   jobs_runnable_check: a pending or running job has a kind of 1 to 200 characters, and a
+--     payload and headers that are JSON objects (what the consumer would dead-letter unrun;
+--     finished rows may keep anything, as records).
+--   jobs_lease_check: a running row has a lease (locked_until), or no rescue would ever free it.
+-- Rows already there that break a rule are mended first, keeping their meaning where they have
+-- one: times are clamped into the range (run_at 'infinity', never due, becomes 9999-12-30, still
+-- never due; '-infinity', due, becomes 0001-01-02, still due), negative attempts become 0,
+-- priorities are clamped to 0-9, a running row without a lease gets one that has expired (the
+-- next rescue frees it), and a pending or running job that could never run is made dead with
+-- the reason, as a consumer would have (`jobq dead list` shows it; `jobq dead purge` removes
+-- it; `jobq dead requeue` leaves it dead, since the rule would refuse it as pending). So every
+-- CHECK is added valid, in one scan each; with the mending, the migration reads the table a few
+-- times and holds writes until it commits: on a large table, run it at a quiet moment, with
+-- transaction-mode consumers stopped (as migration 3: the constraints need the table to
+-- themselves for an instant). The status CHECK of migration 10, added NOT VALID, is validated
+-- too (every row passes it: migration 1's narrower one held before).
+UPDATE {jobs}
+   SET created_at = least(greatest(created_at, '0001-01-02 00:00:00+00'), '9999-12-30 00:00:00+00')
+ WHERE created_at NOT BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00';
+UPDATE {jobs}
+   SET run_at = least(greatest(run_at, '0001-01-02 00:00:00+00'), '9999-12-30 00:00:00+00')
+ WHERE run_at NOT BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00';
+UPDATE {jobs}
+   SET locked_until = least(greatest(locked_until, '0001-01-02 00:00:00+00'),
+                            '9999-12-30 00:00:00+00')
+ WHERE locked_until NOT BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00';
+UPDATE {jobs}
+   SET finished_at = least(greatest(finished_at, '0001-01-02 00:00:00+00'),
+                           '9999-12-30 00:00:00+00')
+ WHERE finished_at NOT BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00';
+UPDATE {jobs} SET attempts = 0 WHERE attempts < 0;
+UPDATE {jobs} SET priority = least(greatest(priority, 0), 9) WHERE priority NOT BETWEEN 0 AND 9;
+UPDATE {jobs} SET locked_until = now() WHERE status = 'running' AND locked_until IS NULL;
+UPDATE {jobs}
+   SET status = 'dead', finished_at = now(), locked_until = NULL, locked_by = NULL,
+       last_error = 'MalformedJob: ' || CASE
+           WHEN length(kind) = 0 THEN 'kind is empty'
+           WHEN length(kind) > 200 THEN 'kind is longer than 200 characters'
+           WHEN jsonb_typeof(payload) <> 'object' THEN
+               'payload is not a JSON object (got ' || jsonb_typeof(payload) || ')'
+           ELSE 'headers are not a JSON object (got ' || jsonb_typeof(headers) || ')'
+       END || ' (made dead by jobq init, migration 13: the schema refuses it now)'
+ WHERE status IN ('pending', 'running')
+   AND NOT (length(kind) BETWEEN 1 AND 200 AND jsonb_typeof(payload) = 'object'
+            AND jsonb_typeof(headers) = 'object');
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_times_check CHECK (
+    created_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+    AND run_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+    AND (locked_until IS NULL
+         OR locked_until BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00')
+    AND (finished_at IS NULL
+         OR finished_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'));
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_attempts_check CHECK (attempts >= 0);
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_priority_check CHECK (priority BETWEEN 0 AND 9);
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_runnable_check CHECK (
+    status NOT IN ('pending', 'running')
+    OR (length(kind) BETWEEN 1 AND 200 AND jsonb_typeof(payload) = 'object'
+        AND jsonb_typeof(headers) = 'object'));
+ALTER TABLE {jobs} ADD CONSTRAINT jobs_lease_check CHECK (
+    status <> 'running' OR locked_until IS NOT NULL);
+ALTER TABLE {jobs} VALIDATE CONSTRAINT jobs_status_check;
