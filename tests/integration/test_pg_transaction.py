@@ -252,7 +252,8 @@ def test_picks_and_heartbeats_are_hot_updates(pg_dsn: str, schema: str, queue_na
     assert asyncio.run(pick()) == (10, 10)
     with psycopg.connect(pg_dsn) as conn:
         running = conn.execute(sql.SQL(
-            "UPDATE {} SET status = 'running', locked_by = 'w' WHERE id IN (SELECT id FROM {} LIMIT 5)"
+            "UPDATE {} SET status = 'running', locked_by = 'w', locked_until = now() + interval '1 minute'"
+            " WHERE id IN (SELECT id FROM {} LIMIT 5)"
             " RETURNING id").format(table(schema), table(schema))).fetchall()
         conn.commit()
         before = conn.execute(hot).fetchall()[0]
