@@ -110,12 +110,14 @@ class Backend:
         return int(depth["ready"]) + int(depth["retry"])
 
     def inject_malformed(self) -> None:
-        """Put one message whose payload is not a JSON object where consumers will take it."""
+        """Put one message no consumer can decode where consumers will take it: a payload
+        that is not a JSON object, or on PostgreSQL, whose schema refuses that (migration 13),
+        one over limits.max_payload."""
         if self.transport == "postgres":
             assert self.schema is not None
             fetch(PG_DSN, sql.SQL("INSERT INTO {} (queue, kind, payload) VALUES (%s, 'ok', %s) "
                                   "RETURNING id").format(sql.Identifier(self.schema, "jobs")),
-                  [self.queue, "[1, 2, 3]"])
+                  [self.queue, json.dumps({"blob": "x" * 1_100_000})])
         else:
             asyncio.run(publish_raw(self.queue, b"[1, 2, 3]", message_id="4242", kind="ok"))
 
