@@ -33,8 +33,9 @@ class FakeServer:
         if self.fail.get(name, 0) > 0:
             self.fail[name] -= 1
             raise ConnectionLost(f"postgres {name}: server closed the connection unexpectedly")
-        if name in ("claim", "claim_after"):  # ..., isolate, run_at (the cursor's key), priority
-            return [(i, "k", {}, {}, 1, 5, None, False, EPOCH, 0)
+        if name in ("claim", "claim_after"):  # ..., isolate, run_at (the cursor's key),
+            # priority, the attempts used before the claim
+            return [(i, "k", {}, {}, 1, 5, None, False, EPOCH, 0, 0)
                     for i in range(1, params["limit"] + 1)]
         if name == "heartbeat":  # every lease still held, as the server answers
             return list(zip(split_ids(params["ids"]), params["tokens"].split(","), strict=True))
