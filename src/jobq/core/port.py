@@ -137,7 +137,9 @@ class Depth:
 
     The states are the backend's own (Postgres: pending/running/dead; RabbitMQ:
     ready/unacked/dead/retry); a count is None where the backend cannot tell, and
-    ``oldest_pending_seconds`` is None when nothing waits or the backend cannot peek.
+    ``oldest_pending_seconds``: how long the longest-waiting job that is due has waited since
+    it was due (a delayed job does not count before its time); None when nothing due waits or
+    the backend cannot peek.
     """
 
     depth: Mapping[str, int | None]

@@ -479,8 +479,11 @@ SELECT pg_xact_status(%(xid)s::xid8);
 -- Jobs by state for `jobq stats` and the depth gauge, polled every few seconds by each consumer,
 -- so it must stay cheap however many jobs are done: one aggregate per state, each answered
 -- from that state's partial index (done rows, the bulk of the table, are never counted).
+-- "oldest" is how long the longest-waiting due job has waited since it was due (run_at): a
+-- delayed job is not waiting yet, and a latency alert on the gauge must not fire on a queue
+-- that holds only those (it was now() - min(created_at) over every pending job).
 SELECT 'pending' AS status, count(*) AS n,
-       extract(epoch FROM now() - min(created_at)) AS oldest
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())) AS oldest
   FROM {jobs} WHERE queue = %(queue)s AND status = 'pending'
 UNION ALL
 SELECT 'running', count(*), NULL FROM {jobs} WHERE queue = %(queue)s AND status = 'running'
