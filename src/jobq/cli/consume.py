@@ -155,8 +155,10 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
             # Together, so that closing several queues takes as long as closing one (the
             # bound above), and one close that fails leaves none of the others open.
             await _all(_close(queue, shutdown) for queue in queues)
-    await _report(queues, stats_json, shutdown)
-    return 130 if any(queue.pool.forced for queue in queues) else 0
+    failed = await _report(queues, stats_json, shutdown)
+    if any(queue.pool.forced for queue in queues):
+        return 130
+    return 1 if settings.consumer.once and failed else 0
 
 
 async def _start(container: Container) -> _Queue:
@@ -233,18 +235,26 @@ async def _close(queue: _Queue, shutdown: float | None) -> None:
 
 
 def _counts(stats: PoolStats, shutdown: float | None) -> dict[str, object]:
-    return {"ok": stats.ok, "retried": stats.retried, "dead": stats.dead,
+    """What the summary says: ``ok`` as the queue has it (acks that were written), and apart
+    the acks dropped because the job was no longer this consumer's (``not_written``)."""
+    return {"ok": stats.ok - stats.not_written, "retried": stats.retried, "dead": stats.dead,
             "cancelled": stats.cancelled, "released": stats.released,
-            "settle_failures": stats.settle_failures, "jobs_per_second": round(stats.rate(), 1),
+            "not_written": stats.not_written, "settle_failures": stats.settle_failures,
+            "receive_failures": stats.receive_failures, "jobs_per_second": round(stats.rate(), 1),
             "seconds": round(time.monotonic() - stats.started_at, 3),
             "shutdown_seconds": shutdown}
 
 
-async def _report(queues: list[_Queue], stats_json: str | None, shutdown: float | None) -> None:
+async def _report(queues: list[_Queue], stats_json: str | None, shutdown: float | None) -> int:
     """The run's counts, logged (and written to ``stats_json``): the queues' together, and
-    each queue's when there are several."""
+    each queue's when there are several; the number of receives and settles that failed."""
+    for queue in queues:  # closed: every ack flushed, or known dropped
+        if queue.stats is not None:
+            counters = queue.transport.health().counters
+            queue.stats.not_written = min(queue.stats.ok, counters.get("acks_not_written", 0))
     ran = [(q.settings.queue, q.stats) for q in queues if q.stats is not None]
-    summary = _counts(PoolStats.combined([stats for _, stats in ran]), shutdown)
+    total = PoolStats.combined([stats for _, stats in ran])
+    summary = _counts(total, shutdown)
     log.info("stopped: %s", " ".join(f"{k}={v}" for k, v in summary.items()))
     if len(ran) > 1:
         summary["queues"] = each = {name: _counts(stats, shutdown) for name, stats in ran}
@@ -252,3 +262,9 @@ async def _report(queues: list[_Queue], stats_json: str | None, shutdown: float 
             log.info("stopped queue %r: %s", name, " ".join(f"{k}={v}" for k, v in counts.items()))
     if stats_json:
         await asyncio.to_thread(Path(stats_json).write_text, json.dumps(summary), encoding="utf-8")
+    failed = total.receive_failures + total.settle_failures
+    if failed:
+        log.error("%d receive(s) and %d settle(s) failed during the run: the jobs they left "
+                  "come back to a later run%s", total.receive_failures, total.settle_failures,
+                  " (--once exits 1)" if queues and queues[0].settings.consumer.once else "")
+    return failed

@@ -40,12 +40,12 @@ TRANSPORT_COUNTERS = {
     "rescued": ("jobq_rescued_leases", "Expired leases freed by this consumer (their consumer "
                                        "died or stalled)."),
     "reconnects": ("jobq_reconnects", "Connections to the server re-established after a loss."),
-    "stale": ("jobq_stale_settles", "Outcomes not written because the delivery was no longer this "
-                                    "consumer's (lease expired, or its connection was lost); the "
-                                    "job runs again."),
-    "leases_lost": ("jobq_leases_lost", "Leases a heartbeat found taken from this consumer (it stalled "
-                                        "past its lease and the job was rescued); their settles are "
-                                        "not sent."),
+    "stale": ("jobq_stale_settles", "Outcomes not written: the delivery was no longer this "
+                                    "consumer's (lease expired, connection lost); it runs again."),
+    "leases_lost": ("jobq_leases_lost", "Leases a heartbeat found taken from this consumer (it "
+                                        "stalled past its lease); their settles are not sent."),
+    "acks_not_written": ("jobq_acks_not_written", "Of the stale settles, acks: counted ok by the "
+                                                  "pool, not done in the queue (the job runs again)."),
     "buried": ("jobq_buried", "Jobs dead-lettered unrun: every attempt's consumer died before "
                               "settling it."),
     "cancelled_unrun": ("jobq_cancelled_unrun", "Jobs this consumer received with a tombstone "

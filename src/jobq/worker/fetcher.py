@@ -142,6 +142,7 @@ class Fetcher:
             self._accept(batch)
 
     async def _receive_failed(self, exc: TransportError, failures: int) -> None:
+        self._stats.receive_failures += 1
         delay = RECEIVE_BACKOFF.delay(failures)
         self._log.warning("receive failed (%s); retrying in %.1fs", describe(exc), delay)
         await pause(delay, self._life.stopping)

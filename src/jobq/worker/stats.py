@@ -28,6 +28,8 @@ class PoolStats:
     cancelled: int = 0  # by an operator while they ran (jobq jobs cancel)
     released: int = 0
     settle_failures: int = 0
+    receive_failures: int = 0  # receives (claims) that failed, however many succeeded after
+    not_written: int = 0  # of ``ok``, acks the transport dropped: the job was no longer ours
     worker_deaths: int = 0
     started_at: float = field(default_factory=time.monotonic)
     first_job_at: float | None = None
@@ -47,6 +49,8 @@ class PoolStats:
                    dead=sum(s.dead for s in runs), cancelled=sum(s.cancelled for s in runs),
                    released=sum(s.released for s in runs),
                    settle_failures=sum(s.settle_failures for s in runs),
+                   receive_failures=sum(s.receive_failures for s in runs),
+                   not_written=sum(s.not_written for s in runs),
                    worker_deaths=sum(s.worker_deaths for s in runs),
                    started_at=min((s.started_at for s in runs), default=time.monotonic()),
                    first_job_at=min(firsts, default=None), last_job_at=max(lasts, default=None))

@@ -97,7 +97,7 @@ class PostgresTransport:
         state = self._state
         return Health(not state.lost, {
             "rescued": state.rescued, "reconnects": state.reconnects, "stale": state.stale,
-            "leases_lost": state.leases_lost,
+            "leases_lost": state.leases_lost, "acks_not_written": state.acks_not_written,
             **(self._pruner.counters() if self._pruner else {})}, self._cancels.ids)
 
     async def open(self) -> None:

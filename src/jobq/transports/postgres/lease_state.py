@@ -27,6 +27,7 @@ class LeaseState:
     rescued: int = 0  # expired leases freed by this consumer
     reconnects: int = 0  # LISTEN and pool connections regained after a loss
     stale: int = 0  # outcomes not written: the job's lease had expired
+    acks_not_written: int = 0  # of those, acks: the pool counted the job ok, the table not
     leases_lost: int = 0  # jobs a heartbeat found rescued from under this consumer
     lease: float = 12.0  # postgres.lease
     # The crash suspect this consumer holds (claimed by the claim's "lone" CTE), if any: it
@@ -57,6 +58,8 @@ class LeaseState:
     def stale_outcomes(self, outcome: str, count: int, log: logging.Logger) -> None:
         """Outcomes not written: those jobs' leases expired before they settled."""
         self.stale += count
+        if outcome == "ack":
+            self.acks_not_written += count
         log.warning(
             "%d %s(s) not written: the job's lease expired before it settled, so it was rescued "
             "and runs again (or is running in another consumer, which writes its outcome); "

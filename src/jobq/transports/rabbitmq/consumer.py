@@ -105,6 +105,7 @@ class RabbitTransport:
         state = self._state
         return Health(self._sessions.resumed.is_set(), {
             "stale": state.stale, "reconnects": state.reconnects,
+            "acks_not_written": state.acks_not_written,
             "cancelled_unrun": state.cancelled_unrun}, self._tombstones.ids.keys())
 
     @property

@@ -51,6 +51,7 @@ class Settler:
             handle.session.complete(handle.tag)
         else:
             self._state.stale += 1
+            self._state.acks_not_written += 1
 
     async def _retry(self, delivery: Delivery, delay: float, reason: str,
                      error: AttemptError | None) -> None:

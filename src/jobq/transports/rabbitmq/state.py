@@ -30,6 +30,7 @@ class State:
     # Set at close and while paused: held early messages go back.
     let_go: asyncio.Event = field(default_factory=asyncio.Event)
     stale: int = 0  # settles dropped because their session had ended
+    acks_not_written: int = 0  # of those, acks: the broker delivers the job again
     reconnects: int = 0  # sessions started again after a loss
     cancelled_unrun: int = 0  # received with a tombstone: settled unrun
 
