@@ -1,9 +1,8 @@
 """Command-line entry points: ``consumer``, ``producer`` and ``jobq`` (admin).
 
-Exit codes: 0 done; 1 unexpected error, an app's hook failed, or receives or settles failed
-during a ``consumer --once`` run; 2 a mistake, at once: config,
-arguments, a job refused at enqueue, a server refusing role/database/password/vhost/TLS, no
-`jobq init`; 3 server unreachable (after connect.attempts) or failing; 4 queue full; 130 signal.
+Exit codes: 0 done; 1 unexpected error, a hook failed, or --once saw a receive or settle fail;
+2 a mistake, at once: config, arguments, a job refused at enqueue, a server refusing role/
+database/password/vhost/TLS, no `jobq init`; 3 server unreachable or failing; 4 full; 130 signal.
 """
 
 from __future__ import annotations
@@ -52,8 +51,7 @@ def consumer_parser() -> argparse.ArgumentParser:
     p.add_argument("--app", "-A", help="module:app, a jobq.App whose tasks run by kind")
     p.add_argument("--processor-arg", "-a", type=values.key_value, action="append", metavar="KEY=VALUE",
                    help="argument for the processor factory (repeatable)")
-    p.add_argument("--once", action="store_true", help="process what is eligible now, then exit "
-                   "(1 if receives or settles failed meanwhile)")
+    p.add_argument("--once", action="store_true", help="run what is due, then exit (1 on failures)")
     p.add_argument("--claim", choices=("lease", "transaction"), help="Postgres claim mode")
     p.add_argument("--job-timeout", type=float)
     p.add_argument("--shutdown-timeout", type=float)
