@@ -17,6 +17,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobq.api import wired
+from jobq.cli.recycling import recycling
 from jobq.config import Settings
 from jobq.core.errors import describe
 from jobq.core.port import Transport
@@ -146,7 +147,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
                 pool.stop()
         _ready(queues, server)
         try:
-            async with scheduling(schedules, ticks, log):
+            async with scheduling(schedules, ticks, log), recycling(settings, pools, log):
                 await _run(queues)
         finally:
             if backstop is not None:

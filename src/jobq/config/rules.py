@@ -78,6 +78,8 @@ RULES: dict[str, tuple[Any, str]] = {
     "consumer.job_timeout": (lambda v: v > 0, "> 0"),
     "consumer.shutdown_timeout": (lambda v: v >= 0, ">= 0"),
     "consumer.stall_timeout": (lambda v: v >= 0, ">= 0 (0: job_timeout + 60 s)"),
+    "consumer.max_jobs_per_process": (lambda v: v >= 0, ">= 0 (0: no limit)"),
+    "consumer.max_memory_mb": (lambda v: v >= 0, ">= 0 (0: no limit)"),
     "retry.max_attempts": (lambda v: v >= 1, ">= 1"),
     "retry.base_delay": (lambda v: v >= 0, ">= 0"),
     "retry.max_delay": (lambda v: v >= 0, ">= 0"),

@@ -45,6 +45,10 @@ class ConsumerConfig:
     # queue -> its concurrency (its share of the process): one consumer serving several
     # queues, a pool each (consume.py); empty: ``queue`` alone, with ``concurrency``.
     queues: dict[str, int] = field(default_factory=dict)
+    # Recycling: end the process gracefully (exit 0, for its supervisor to start a new one)
+    # once it has taken this many jobs, or once its resident memory is over this many MB; 0: never.
+    max_jobs_per_process: int = 0
+    max_memory_mb: float = 0.0
 
     @property
     def buffer_size(self) -> int:

@@ -18,6 +18,7 @@ from jobq.core.errors import TransportError, describe
 from jobq.core.job import Delivery
 from jobq.core.port import Transport
 from jobq.worker.bounds import RECEIVE_BACKOFF
+from jobq.worker.budget import JobBudget
 from jobq.worker.capacity import Capacity
 from jobq.worker.lifecycle import Lifecycle
 from jobq.worker.pausing import PauseWatch
@@ -65,6 +66,7 @@ class Fetcher:
         self.receive_failures = 0
         self.handback: asyncio.Future[None] | None = None  # the pause's hand-back, in flight
         self._ahead: asyncio.Task[list[Delivery]] | None = None  # the next receive, asked early
+        self.budget: JobBudget | None = None  # consumer.max_jobs_per_process (budget.py)
 
     async def fetch(self) -> None:
         """Receive until stopped; what a receive started early brought is in hand at the end."""
@@ -98,6 +100,10 @@ class Fetcher:
         failures = 0
         capacity, life = self._capacity, self._life
         while not life.stopped:
+            if self.budget is not None and self.budget.spent and self._ahead is None:
+                self.budget.announce()
+                await self._until_settled()  # what it holds runs first: none is handed back
+                return  # then the pool stops, as --once does
             capacity.measure(time.monotonic(), self._stats.settled)
             idle_before = False
             receiving: Awaitable[list[Delivery]]
@@ -113,9 +119,8 @@ class Fetcher:
                 if not await capacity.room_for_a_batch():
                     continue
                 idle_before = capacity.outstanding == 0
-                receiving = self._transport.receive(
-                    capacity.ask(capacity.size - capacity.outstanding),
-                    self._asking.timeout(idle_before))
+                receiving = self._receive(capacity.ask(capacity.size - capacity.outstanding),
+                                          self._asking.timeout(idle_before))
             try:
                 batch = await receiving
             except TransportError as exc:
@@ -141,6 +146,13 @@ class Fetcher:
         finally:  # in the workers' hands even if cancelled meanwhile: released at stop
             self._accept(batch)
 
+    async def _until_settled(self) -> None:
+        """Until every delivery received has settled (or a stop)."""
+        capacity, life = self._capacity, self._life
+        while capacity.outstanding and not life.stopped:
+            capacity.room.clear()  # set by every settle once the workers' queue is empty
+            await capacity.room.wait()
+
     async def _receive_failed(self, exc: TransportError, failures: int) -> None:
         self._stats.receive_failures += 1
         delay = RECEIVE_BACKOFF.delay(failures)
@@ -159,8 +171,21 @@ class Fetcher:
         room = capacity.size - capacity.outstanding - len(batch)
         if capacity.unbuffered or room < capacity.low_water or self._life.holds_back:
             return None
-        return asyncio.ensure_future(self._transport.receive(capacity.ask(room),
-                                                             self._asking.timeout(False)))
+        return asyncio.ensure_future(self._receive(capacity.ask(room), self._asking.timeout(False)))
+
+    async def _receive(self, count: int, timeout: float) -> list[Delivery]:
+        """``transport.receive``, for no more jobs than the budget has left."""
+        budget = self.budget
+        if budget is None:
+            return await self._transport.receive(count, timeout)
+        granted = budget.take(count)
+        batch: list[Delivery] = []
+        try:
+            if granted:
+                batch = await self._transport.receive(granted, timeout)
+        finally:
+            budget.give_back(granted - len(batch))
+        return batch
 
     def _accept(self, batch: list[Delivery]) -> None:
         """Take a received batch in: to the workers (a crash suspect when its turn comes)."""

@@ -15,6 +15,7 @@ from jobq.core.job import Delivery, Job
 from jobq.core.port import Transport
 from jobq.core.within import within
 from jobq.worker.bounds import INTERRUPT_GRACE, RELEASE_TIMEOUT, STALL_MARGIN
+from jobq.worker.budget import JobBudget
 from jobq.worker.capacity import Capacity
 from jobq.worker.executor import Executor
 from jobq.worker.fetcher import Asking, Fetcher
@@ -90,6 +91,10 @@ class WorkerPool:
     def state(self) -> State:
         """Where the pool is in its life (starting, running, paused, draining, ...)."""
         return self._life.state
+
+    def limit_to(self, budget: JobBudget) -> None:
+        """Take no more jobs than ``budget`` has left, then stop (max_jobs_per_process)."""
+        self._fetcher.budget = budget
 
     def job_of(self, task: asyncio.Task[object]) -> Job | None:
         """The job whose handler ``task`` runs now (None: not one of this pool's workers)."""
