@@ -49,10 +49,10 @@ class Delivery:
 
     ``malformed`` is set when the message could not be decoded; ``job`` then carries
     whatever could be recovered (at least an id) and the pool dead-letters it unrun.
-    ``isolate`` is set by a transport for a job that was in flight when a consumer died: the
-    pool runs it with nothing else in flight, so that if it kills this process too, the crash
-    is its own and its backend can count it against that job alone (docs/architecture.md,
-    "Crashes"). ``fact``: what the transport found that keeps a well-formed job from running
+    ``isolate`` is set by a transport for a job that was in flight when a consumer died (a
+    suspect): the pool runs its suspects one at a time, beside its other work, so that if one
+    kills this process too, its backend can charge the crash to it and to no other suspect
+    (docs/architecture.md, "Crashes"). ``fact``: what the transport found that keeps a well-formed job from running
     (``Spent``, ``CancelRequested``); the pool decides what it means and never runs it.
     """
 
