@@ -52,8 +52,9 @@ class Delivery:
     ``isolate`` is set by a transport for a job that was in flight when a consumer died (a
     suspect): the pool runs its suspects one at a time, beside its other work, so that if one
     kills this process too, its backend can charge the crash to it and to no other suspect
-    (docs/architecture.md, "Crashes"). ``fact``: what the transport found that keeps a well-formed job from running
-    (``Spent``, ``CancelRequested``); the pool decides what it means and never runs it.
+    (docs/architecture.md, "Crashes"). ``fact``: what the transport found that keeps a
+    well-formed job from running (``Spent``, ``CancelRequested``); the pool decides what it
+    means and never runs it.
     """
 
     job: Job
