@@ -178,13 +178,10 @@ class Fetcher:
         budget = self.budget
         if budget is None:
             return await self._transport.receive(count, timeout)
-        granted = budget.take(count)
-        batch: list[Delivery] = []
-        try:
-            if granted:
-                batch = await self._transport.receive(granted, timeout)
-        finally:
-            budget.give_back(granted - len(batch))
+        if budget.spent:
+            return []
+        batch = await self._transport.receive(min(count, budget.left), timeout)
+        budget.received += len(batch)
         return batch
 
     def _accept(self, batch: list[Delivery]) -> None:

@@ -182,10 +182,12 @@ class Settler:
         self._log.warning("job %s not started: its lease or channel was lost while it waited "
                           "(the event loop blocked, or the server was unreachable); it runs "
                           "where it is taken next", delivery.job.id)
-        released = await release_all(self._transport, [delivery], log=self._log,
-                                     limit=self._release_limit)
-        self._stats.released += released
-        self._capacity.freed(delivery)
+        try:
+            released = await release_all(self._transport, [delivery], log=self._log,
+                                         limit=self._release_limit)
+            self._stats.released += released
+        finally:
+            self._capacity.freed(delivery)
 
     async def release(self, unstarted: list[Delivery], why: str) -> None:
         """Hand back what was received but never started; its attempt does not count."""

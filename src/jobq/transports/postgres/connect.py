@@ -100,8 +100,10 @@ async def deadline(what: str, seconds: float) -> AsyncIterator[None]:
         nonlocal fired
         fired += 1
         task.cancel()
+        if fired == 1:  # again CANCEL_GRACE later, counted from this one (not in its turn)
+            timers.append(Patience(CANCEL_GRACE, fire))
 
-    timers = [Patience(seconds, fire), Patience(seconds + CANCEL_GRACE, fire)]
+    timers = [Patience(seconds, fire)]
     try:
         yield
     except asyncio.CancelledError as exc:

@@ -49,8 +49,10 @@ class Held:
     def claimed(self, token: str, ids: Iterable[int], sent: float) -> None:
         """A claim sent at ``sent`` took the jobs ``ids`` (a newer claim of a job replaces the
         older one)."""
-        self._by_id.update((job_id, token) for job_id in ids)
-        self._fresh[token] = sent
+        claimed = [(job_id, token) for job_id in ids]
+        if claimed:  # not for an empty claim: an idle consumer makes one a second, for ever
+            self._by_id.update(claimed)
+            self._fresh[token] = sent
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         """A heartbeat sent at ``sent`` renewed ``leases``; forget the tokens no longer held."""

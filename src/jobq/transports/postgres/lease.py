@@ -127,6 +127,7 @@ class PostgresTransport:
         with contextlib.suppress(TransportError):
             await self._acks.flush()
         if self._acks.waiting:
+            self._state.acks_not_written += len(self._acks.waiting)
             self._log.error("%d acks could not be written; those jobs will run again after "
                             "their lease expires", len(self._acks.waiting))
 

@@ -46,8 +46,9 @@ BEAT = 0.5  # a session stamps the loop's time this often while it lives
 
 def silent_limit(heartbeat: int) -> float:
     """How long the event loop may go without running before a session's deliveries are
-    taken for lost: half the heartbeat (the broker closes a connection silent for about one)."""
-    return heartbeat / 2 if heartbeat > 0 else math.inf
+    taken for lost: half the heartbeat (the broker closes a connection silent for about one;
+    0 asks for aiormq's 60 s), never under two of the session's stamps."""
+    return max(2 * BEAT, (heartbeat or 60) / 2)
 
 
 class Silence:
