@@ -145,9 +145,10 @@ class Settler:
         """Count and log a decision the transport was asked to carry out; the observer hears
         only of one carried out (a job whose settle failed comes again: its next settle is)."""
         outcome = decision.outcome
-        self._count(outcome)
-        if self._observer is not None and carried:
-            self._observer.settled(decision, duration, error, job)
+        if carried:  # a settle that failed is a settle_failure only: the job comes again
+            self._count(outcome)
+            if self._observer is not None:
+                self._observer.settled(decision, duration, error, job)
         if outcome is not Outcome.ACK:
             # The delay until the next attempt for a retry; the traceback of what the handler
             # raised, once (a fact, a malformed job or bad arguments have none worth showing).
