@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from tests.conftest import PG_DSN, fetch, jobs_table, schema_env
-from tests.contract.backends import Backend, rabbit_backend
+from tests.conftest import PG_DSN, fetch, jobs_table
+from tests.contract.backends import Backend, backend_under_test
 from tests.scrape import Running, get, scrape, value, wait_for
 
 pytestmark = pytest.mark.integration
@@ -29,18 +29,10 @@ SETTINGS = {"POSTGRES__LEASE": "2", "POSTGRES__RESCUE_INTERVAL": "0.5", "RABBITM
             "LOG__SUMMARY_INTERVAL": "0"}
 
 
-@pytest.fixture(params=["postgres", "rabbitmq"])
+@pytest.fixture(params=["postgres-lease", "rabbitmq-quorum"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
-    if request.param == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name, schema_env(schema), schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    rabbit = rabbit_backend(queue_name)
-    try:
-        yield rabbit
-    finally:
-        rabbit.cleanup()
+    with backend_under_test(request, queue_name, request.param) as backend:
+        yield backend
 
 
 def _consumer(backend: Backend, directory: Path, *extra: str) -> subprocess.Popen[str]:
@@ -52,8 +44,6 @@ def _consumer(backend: Backend, directory: Path, *extra: str) -> subprocess.Pope
 def test_a_blocked_loop_is_named_and_its_lost_jobs_are_not_started(
         backend: Backend, tmp_path: Path) -> None:
     backend.set(**SETTINGS)
-    if backend.transport == "rabbitmq":
-        assert backend.run("jobq", "init").returncode == 0
     backend.produce(1, "--kind", "block")
     backend.produce(WORK, "--kind", "work")
     blocked = Running(_consumer(backend, tmp_path, "--metrics-port", "0"))

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import schema_env
-from tests.contract.backends import Backend, rabbit_backend
+from tests.contract.backends import Backend, backend_under_test
 from tests.processors import completions
 
 pytestmark = pytest.mark.integration
@@ -19,19 +18,10 @@ pytestmark = pytest.mark.integration
 JOBS, LIMIT = 50, 20
 
 
-@pytest.fixture(params=["postgres", "rabbitmq"])
+@pytest.fixture(params=["postgres-lease", "rabbitmq-quorum"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
-    if request.param == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name, schema_env(schema), schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    rabbit = rabbit_backend(queue_name)
-    try:
-        assert rabbit.run("jobq", "init").returncode == 0
-        yield rabbit
-    finally:
-        rabbit.cleanup()
+    with backend_under_test(request, queue_name, request.param) as backend:
+        yield backend
 
 
 def _consume(backend: Backend, directory: Path, *extra: str) -> tuple[int, str]:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import schema_env
-from tests.contract.backends import Backend, rabbit_backend
+from tests.contract.backends import Backend, backend_under_test
 from tests.processors import lines
 from tests.scrape import wait_for
 
@@ -25,22 +24,11 @@ pytestmark = pytest.mark.integration
 JOBS = 30
 
 
-@pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq"])
+@pytest.fixture(params=["postgres-lease", "postgres-transaction", "rabbitmq-quorum"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
-    if request.param.startswith("postgres"):
-        schema = request.getfixturevalue("schema")
-        pg = Backend("postgres", queue_name, schema_env(schema), schema=schema)
-        pg.set(POSTGRES__CLAIM=request.param.split("-")[1], POSTGRES__LEASE="2",
-               POSTGRES__RESCUE_INTERVAL="0.5")
-        yield pg
-        return
-    request.getfixturevalue("amqp_url")
-    rabbit = rabbit_backend(queue_name)
-    try:
-        assert rabbit.run("jobq", "init").returncode == 0
-        yield rabbit
-    finally:
-        rabbit.cleanup()
+    with backend_under_test(request, queue_name, request.param, {
+            "JOBQ_POSTGRES__LEASE": "2", "JOBQ_POSTGRES__RESCUE_INTERVAL": "0.5"}) as backend:
+        yield backend
 
 
 def test_the_jobs_of_a_killed_consumer_run_again_marked_redelivered(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from tests.conftest import PG_DSN, fetch, schema_env
-from tests.contract.backends import Backend, rabbit_backend
+from tests.conftest import PG_DSN, fetch
+from tests.contract.backends import Backend, backend_under_test
 from tests.processors import completions
 
 REASONS = {
@@ -25,19 +25,11 @@ REASONS = {
 }
 
 
-@pytest.fixture(params=["postgres", "rabbitmq"])
+@pytest.fixture(params=["postgres-lease", "rabbitmq-quorum"])
 def backend(request: pytest.FixtureRequest, queue_name: str) -> Iterator[Backend]:
     """Postgres (lease mode) or RabbitMQ, on a queue (and schema) of the test's own."""
-    if request.param == "postgres":
-        schema = request.getfixturevalue("schema")
-        yield Backend("postgres", queue_name, schema_env(schema), schema=schema)
-        return
-    request.getfixturevalue("amqp_url")
-    backend = rabbit_backend(queue_name)
-    try:
+    with backend_under_test(request, queue_name, request.param) as backend:
         yield backend
-    finally:
-        backend.cleanup()
 
 
 def last_errors(backend: Backend) -> list[str]:
