@@ -120,7 +120,7 @@ class _Queue:
 
 async def _consume(settings: Settings, stats_json: str | None, pools: list[WorkerPool],
                    stopping: list[float], backstop: Backstop | None,
-                   watching: tuple[list[Running], LoopWatch]) -> int:
+                   loop_watch: tuple[list[Running], LoopWatch]) -> int:
     async with contextlib.AsyncExitStack() as stack:
         every = queue_settings(settings)
         containers = [await stack.enter_async_context(wired(s)) for s in every]
@@ -134,7 +134,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
         ticks = await get_ticks(containers[0]) if schedules else None
         await _open_all(queues)
         pools += [queue.pool for queue in queues]
-        watched, watch = watching
+        watched, watch = loop_watch
         watched += [Running(q.settings.queue, q.pool.job_of, q.pool.running, q.metrics.registry)
                     for q in queues]
         for queue in queues:
