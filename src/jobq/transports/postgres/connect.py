@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -120,12 +121,40 @@ async def deadline(what: str, seconds: float) -> AsyncIterator[None]:
             timer.cancel()
 
 
+def hung_up(conn: Conn) -> bool:
+    """True when the server already ended this idle connection: closed, or its socket readable
+    while no statement is in flight (a pool connection listens to nothing, so what arrives
+    unasked is the server's goodbye: pg_terminate_backend, idle_session_timeout, a restart).
+    One non-blocking poll of the socket, no round trip."""
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
+async def live(pool: Pool, timeout: float | None = None) -> Conn:
+    """A connection from the pool that the server has not hung up on. Those it has are closed
+    and handed back (the pool opens new ones in their place) instead of failing the unit of
+    work that would have used them; ``timeout`` bounds the whole wait (PoolTimeout)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + (pool.timeout if timeout is None else timeout)
+    while True:
+        conn = await pool.getconn(timeout=max(0.001, end - loop.time()))
+        if not hung_up(conn):
+            return conn
+        await conn.close()
+        await pool.putconn(conn)
+
+
 @contextlib.asynccontextmanager
 async def pooled(pool: Pool, what: str, seconds: float) -> AsyncIterator[Conn]:
     """A pool connection for one unit of work that must end within ``seconds``, errors
     translated; a connection that answered read-only is closed, so the pool replaces it."""
     with translated(what):
-        conn = await pool.getconn(timeout=seconds)
+        conn = await live(pool, seconds)
         try:
             async with deadline(what, seconds):
                 try:

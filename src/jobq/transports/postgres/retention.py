@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import PostgresConfig
 from jobq.core.durations import format_duration
 from jobq.core.errors import TransportError, describe
-from jobq.transports.postgres.connect import deadline, translated
+from jobq.transports.postgres.connect import deadline, live, translated
 from jobq.transports.postgres.sql import Queries
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -159,7 +159,7 @@ class Pruner:
         it (``wait``: try again until it is free). The connection is closed, not returned,
         when anything fails: its session lock must not go back to the pool with it."""
         with translated("postgres prune"):
-            conn = await self._pool.getconn(timeout=self._deadline)
+            conn = await live(self._pool, self._deadline)
         try:
             waited = False
             while not await self._try_lock(conn):

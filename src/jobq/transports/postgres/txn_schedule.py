@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.core.errors import TransportError
 from jobq.core.job import Delivery
 from jobq.transports.postgres.claims import GRACE, STALE, ClaimStatement, Conn, Row
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import live, translated
 from jobq.transports.postgres.timed import TimedBuffer
 from jobq.transports.postgres.txn_hold import Holdings
 from jobq.transports.postgres.txn_state import TxnState
@@ -130,7 +130,7 @@ class Scheduler:
             if not room + ahead:
                 return None, []
             with translated("postgres claim"):
-                conn = await self._pool.getconn()
+                conn = await live(self._pool)
             self._hold.held.add(conn)
             try:
                 sweep = self._state.sweep  # a new sweep may begin while this pick runs

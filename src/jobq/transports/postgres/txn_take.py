@@ -29,7 +29,7 @@ from jobq.transports.postgres.claims import (
     TakeFailedAfterCommit,
     take_count,
 )
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import live, translated
 from jobq.transports.postgres.decode import row_to_delivery
 from jobq.transports.postgres.decode import spent as used_up
 from jobq.transports.postgres.job_connection import JobConnection
@@ -62,7 +62,7 @@ class Taker:
         try:
             if conn is None:
                 with translated("postgres claim"):
-                    conn = await self._pool.getconn()
+                    conn = await live(self._pool)
                 self._hold.held.add(conn)
             with translated("postgres claim"):
                 taken = await self._claim.take(conn, row)
