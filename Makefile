@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos cluster bench-enqueue
+.PHONY: test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -97,6 +97,13 @@ stack: $(STAMP)
 # faults/suite.py. CHAOS_ARGS="--jobs 5000" for a quick run.
 chaos: $(STAMP)
 	$(PY) -m faults $(CHAOS_ARGS)
+
+# Faults under a steady 300 jobs/s: two consumers, kill -9 three times, pg_terminate_backend
+# twice a second, a server with no connection slot free, handlers that block the event loop;
+# the tail, the backlog and losses judged; see faults/steady.py. STEADY_ARGS="--repeat 3".
+STEADY_ARGS ?=
+chaos-steady: $(STAMP)
+	$(PY) -m faults.steady $(STEADY_ARGS)
 
 # The quorum leader killed -9, the primary crashed and its standby promoted, each during a
 # drain with a producer going on; see faults/cluster/__init__.py.

@@ -41,9 +41,11 @@ class Options:
     terminate_every: float = 2.5
     server_fault: str = "both"  # restart, crash, both (each once per run), none
     lease: float = 5.0
+    rescue_interval: float | None = 1.0  # Postgres lease mode; None: the configured default
     timeout: float = 600.0
     keep: bool = False
     repeat: int = 1
+    processor: tuple[str, ...] = ()  # -p/-a flags instead of the completion record's
 
 
 @dataclass
@@ -138,10 +140,13 @@ def capacity(settings: Settings) -> int:
 
 
 def record_args(record_dir: Path, options: Options) -> list[str]:
-    """Consumer flags for the independent completion record (tests.processors:record)."""
-    return ["-p", "tests.processors:record", "-a", f"directory={record_dir}",
-            "-a", f"sleep_ms={options.sleep_ms}", "-a", f"fail_rate={options.fail_rate}",
-            "-n", str(options.concurrency), "--shutdown-timeout", "15", "--log-level", "warning"]
+    """Consumer flags for the independent completion record (tests.processors:record), or for
+    ``options.processor`` when it names another."""
+    work = list(options.processor) or [
+        "-p", "tests.processors:record", "-a", f"directory={record_dir}",
+        "-a", f"sleep_ms={options.sleep_ms}", "-a", f"fail_rate={options.fail_rate}"]
+    return [*work, "-n", str(options.concurrency), "--shutdown-timeout", "15",
+            "--log-level", "warning"]
 
 
 async def enqueue_numbered(settings: Settings, count: int) -> list[str]:

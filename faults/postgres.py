@@ -52,12 +52,13 @@ class PostgresBackend:
 
     def _env(self, options: Options | None = None, index: int = 0) -> dict[str, str]:
         lease = options.lease if options else 60.0
+        rescue = options.rescue_interval if options else 1.0
         return base_env(
             JOBQ_PG_DSN=conninfo.make_conninfo(self.dsn, application_name=f"{self.app}-c{index}"),
             JOBQ_POSTGRES__SCHEMA=self.schema, JOBQ_POSTGRES__CLAIM=self.claim,
-            JOBQ_POSTGRES__LEASE=str(lease), JOBQ_POSTGRES__RESCUE_INTERVAL="1",
-            JOBQ_CONNECT__ATTEMPTS="40", JOBQ_CONNECT__BACKOFF_BASE="0.2",
-            JOBQ_CONNECT__BACKOFF_MAX="2")
+            JOBQ_POSTGRES__LEASE=str(lease), JOBQ_CONNECT__ATTEMPTS="40",
+            JOBQ_CONNECT__BACKOFF_BASE="0.2", JOBQ_CONNECT__BACKOFF_MAX="2",
+            **({} if rescue is None else {"JOBQ_POSTGRES__RESCUE_INTERVAL": f"{rescue:g}"}))
 
     def setup(self) -> None:
         """Create the schema with `jobq init`."""
@@ -112,17 +113,22 @@ class PostgresBackend:
     def disrupt(self, pids: set[int]) -> Cut:
         """pg_terminate_backend on every backend of our consumers (``pids``: not needed here)."""
         try:
-            # Materialized, so that pg_terminate_backend only ever sees our backends: in one
-            # WHERE the planner may evaluate it before the name test.
-            rows = self._query(sql.SQL(
-                "WITH ours AS MATERIALIZED (SELECT pid, application_name FROM pg_stat_activity "
-                "  WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid()), "
-                "cut AS MATERIALIZED (SELECT application_name, pg_terminate_backend(pid) AS ok "
-                "  FROM ours) "
-                "SELECT count(*), count(DISTINCT application_name) FROM cut WHERE ok"),
-                (f"{self.app}-",))
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as conn:
+                return self.cut_through(conn)
         except psycopg.Error:  # the server is restarting: nothing to cut this round
             return Cut()
+
+    def cut_through(self, conn: psycopg.Connection[tuple[object, ...]]) -> Cut:
+        """pg_terminate_backend on every backend of our consumers, through ``conn``."""
+        # Materialized, so that pg_terminate_backend only ever sees our backends: in one
+        # WHERE the planner may evaluate it before the name test.
+        rows = conn.execute(sql.SQL(
+            "WITH ours AS MATERIALIZED (SELECT pid, application_name FROM pg_stat_activity "
+            "  WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid()), "
+            "cut AS MATERIALIZED (SELECT application_name, pg_terminate_backend(pid) AS ok "
+            "  FROM ours) "
+            "SELECT count(*), count(DISTINCT application_name) FROM cut WHERE ok"),
+            (f"{self.app}-",)).fetchall()
         cut, consumers = rows[0]
         assert isinstance(cut, int) and isinstance(consumers, int)
         return Cut(cut, consumers)

@@ -214,6 +214,13 @@ class Run:
             if ids:
                 s.problems.append(f"{what} (first 10): {sorted(ids, key=_order)[:10]}")
 
+    def keep_logs(self) -> None:
+        """Copy the processes' stderr where the report says (the run failed)."""
+        self.logs_to.mkdir(parents=True, exist_ok=True)
+        for log in self.workdir.glob("*.err"):
+            shutil.copy(log, self.logs_to / log.name)
+        self.summary.problems.append(f"logs kept in {self.logs_to}")
+
     def execute(self) -> Summary:
         """Set up, shake, stop, check; always bring the server back (ServerDown if it does not
         come back) and clean up."""
@@ -230,10 +237,7 @@ class Run:
             self.summary.wall_s = time.monotonic() - started
             self.check(accepted)
             if not self.summary.ok:
-                self.logs_to.mkdir(parents=True, exist_ok=True)
-                for log in self.workdir.glob("*.err"):
-                    shutil.copy(log, self.logs_to / log.name)
-                self.summary.problems.append(f"consumer logs kept in {self.logs_to}")
+                self.keep_logs()
         finally:
             with servers.sigint_deferred():  # a (second) Ctrl-C must not leave a server down
                 for consumer in self.consumers:
