@@ -118,7 +118,9 @@ def wait_tcp(host: str, port: int, timeout: float) -> bool:
 def base_env(**extra: str) -> dict[str, str]:
     """The environment of a consumer: no stray JOBQ_* settings, tests importable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
-    env["PYTHONPATH"] = str(ROOT)
+    # This checkout's jobq first, ahead of the editable install's: a suite run from another
+    # worktree (with this venv) runs that worktree's code, whatever is edited here meanwhile.
+    env["PYTHONPATH"] = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
     env.update(extra)
     return env
 
