@@ -23,7 +23,8 @@ import aio_pika
 from psycopg import sql
 
 from jobq.cli import commands
-from jobq.cli.main import admin_parser, producer_parser
+from jobq.cli.admin_args import admin_parser
+from jobq.cli.main import producer_parser
 from jobq.cli.running import settings_of
 from tests.conftest import (
     AMQP_URL,

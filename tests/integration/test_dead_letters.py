@@ -59,9 +59,9 @@ def test_dead_jobs_are_listed_requeued_and_purged(
 
     before = jobs(pg_dsn, schema)
     code, out, err = dead(schema, queue_name, "requeue", "--id", UNKNOWN)
-    assert code == 2 and f"no dead job with id {UNKNOWN} in queue {queue_name!r}" in err
+    assert code == 1 and f"no dead job {UNKNOWN} in queue {queue_name!r}" in err
     code, out, err = dead(schema, queue_name, "purge", "--id", str(b), "--id", UNKNOWN)
-    assert code == 2 and f"no dead job with id {UNKNOWN}" in err  # refused as a whole
+    assert code == 1 and f"no dead job {UNKNOWN}" in err  # refused as a whole
     assert jobs(pg_dsn, schema) == before
 
     code, out, err = dead(schema, queue_name, "purge", "--id", str(b))

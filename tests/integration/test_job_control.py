@@ -141,6 +141,13 @@ def test_postgres_show_list_and_retry(schema: str, queue_name: str, claim: str) 
     assert (error["attempt"], error["type"]) == (1, "jobq.core.errors.PermanentError"), error
     text = jobq(backend, "jobs", "show", str(dead[0]["id"]))  # for a person: traceback indented
     assert "errors=1" in text and "attempt 1 at " in text, text
+    assert f'payload={json.dumps(shown["payload"])}' in text, text  # JSON, not a Python repr
+    # Options anywhere on the line (before: "unrecognized arguments"); quiet unless -v.
+    quiet = backend.run("jobq", "jobs", "show", "-q", queue_name, str(dead[0]["id"]), "--json")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["id"] == dead[0]["id"], quiet
+    assert "connected to" not in quiet.stderr, quiet.stderr
+    loud = backend.run("jobq", "jobs", "show", str(dead[0]["id"]), "-v")
+    assert "INFO" in loud.stderr and "connected to PostgreSQL" in loud.stderr, loud.stderr
     assert "\n    Traceback (most recent call last):" in text, text
 
     said = jobq(backend, "jobs", "retry", str(dead[0]["id"]))
@@ -155,8 +162,11 @@ def test_postgres_show_list_and_retry(schema: str, queue_name: str, claim: str) 
     assert states == {str(dead[0]["id"]): "done", later: "done"}, states
     err = jobq(backend, "jobs", "cancel", later, code=2)
     assert "is done already: nothing to cancel" in err, err
-    err = jobq(backend, "jobs", "retry", str(dead[1]["id"]) + "9999", code=2)
-    assert "no job with id" in err, err
+    missing = str(dead[1]["id"]) + "9999"
+    err = jobq(backend, "jobs", "retry", missing, code=1)  # an answer for a script: exit 1
+    assert f"jobq: no job {missing} in queue" in err, err
+    err = jobq(backend, "jobs", "show", missing, "--json", code=1)
+    assert err.startswith(f"jobq: no job {missing}"), err
     err = jobq(backend, "jobs", "show", "x1", code=2)
     assert "not a job id: 'x1'" in err, err
     assert "takes no id" in backend.run("jobq", "jobs", "list", "5").stderr
@@ -182,9 +192,9 @@ def test_rabbitmq_shows_and_retries_dead_jobs_and_says_what_it_cannot(
         assert "is dead already: nothing to cancel" in err, err
         said = jobq(backend, "jobs", "retry", "doomed-1")
         assert "requeued: it was dead" in said, said
-        err = jobq(backend, "jobs", "show", "doomed-1", code=2)
+        err = jobq(backend, "jobs", "show", "doomed-1", code=1)
         assert "cannot look a pending or running message up by id" in err, err
-        err = jobq(backend, "jobs", "retry", "nobody", code=2)
+        err = jobq(backend, "jobs", "retry", "nobody", code=1)
         assert "only a dead job can be retried now" in err, err
         consume_once(backend, "-p", "noop")
         assert [row["id"] for row in backend.dead()] == ["kept-1"]

@@ -114,7 +114,7 @@ def test_dead_list_requeue_and_purge(rabbit: Backend, tmp_path: Path) -> None:
     purged = rabbit.run("jobq", "dead", "purge", "--kind", "flaky")
 
     assert requeued.returncode == 0 and f"requeued 1 dead jobs: {first}" in requeued.stdout
-    assert unknown.returncode == 2 and "no dead job with id 12345" in unknown.stderr
+    assert unknown.returncode == 1 and "no dead job 12345" in unknown.stderr
     assert purged.returncode == 0 and "purged 1 dead jobs" in purged.stdout
     assert [d["kind"] for d in rabbit.dead()] == ["fail"]
     assert rabbit.waiting() == 1  # the requeued one, attempts reset

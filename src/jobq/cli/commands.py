@@ -252,6 +252,13 @@ def _fields(row: Any) -> dict[str, Any]:
     return shown
 
 
+def _text(value: Any) -> Any:
+    """A value for a person: a payload or headers as JSON, as they were enqueued, not a repr."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return value
+
+
 def _print(data: Any, as_json: bool) -> None:
     if as_json:
         json.dump(data, sys.stdout, default=str, indent=2)
@@ -260,7 +267,7 @@ def _print(data: Any, as_json: bool) -> None:
     rows = data if isinstance(data, list) else [data]
     for row in rows:
         errors = row.get("errors", [])
-        print("  ".join(f"{k}={len(v) if k == 'errors' else v}" for k, v in row.items()))
+        print("  ".join(f"{k}={len(v) if k == 'errors' else _text(v)}" for k, v in row.items()))
         if not isinstance(data, list):  # one job shown: each failed attempt's error in full
             for error in errors:
                 print(render_error(error))

@@ -14,6 +14,7 @@ from jobq.core.errors import (
     ConfigError,
     HookFailed,
     MalformedJob,
+    NoSuchJob,
     QueueFull,
     Refused,
     TransportError,
@@ -68,6 +69,9 @@ def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argp
                   queue=queues or settings.queue)
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(main(settings))
+    except NoSuchJob as exc:  # an answer, not a mistake in the command: scripts test for it
+        print(f"jobq: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except ConfigError as exc:
         print(f"jobq: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

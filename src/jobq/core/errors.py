@@ -18,6 +18,11 @@ class ConfigError(JobqError):
         super().__init__(f"{where}{what}{message}")
 
 
+class NoSuchJob(ConfigError, LookupError):
+    """An admin command named a job the queue does not have (``jobq jobs show``: exit 1).
+    A ConfigError too, so what reports a bad id (the dashboard) needs nothing new."""
+
+
 class TransportError(JobqError):
     """The queue backend failed (the driver's error is kept as ``__cause__``)."""
 

@@ -224,7 +224,7 @@ class Inspect(Protocol):
         """Whether the queue is paused: one cheap round trip, asked by every consumer each second."""
 
     async def show_job(self, job_id: str) -> JobInfo:
-        """One job of the queue by id; ConfigError (key ``--id``) when the queue has none such."""
+        """One job of the queue by id; NoSuchJob (a ConfigError) when the queue has none such."""
 
     async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
                         ) -> list[JobInfo]:
@@ -250,13 +250,14 @@ class Control(Protocol):
 
     async def cancel_job(self, job_id: str) -> str:
         """Cancel one job; one line saying what was done. A pending job never runs; a running one
-        is told to stop at its next await and settles as cancelled, never retried. ConfigError
-        (key ``--id``) for an unknown id or a job that already ended."""
+        is told to stop at its next await and settles as cancelled, never retried. NoSuchJob for
+        an unknown id (RabbitMQ cannot tell: a tombstone), ConfigError (key ``--id``) for a job
+        that already ended."""
 
     async def retry_job(self, job_id: str) -> str:
         """Run one dead or delayed job now; one line saying what was done. A dead one gets a fresh
-        set of attempts (as ``dead_requeue``); a delayed one keeps its attempts. ConfigError
-        (key ``--id``) for an unknown id or a job in another state."""
+        set of attempts (as ``dead_requeue``); a delayed one keeps its attempts. NoSuchJob for an
+        unknown id, ConfigError (key ``--id``) for a job in another state."""
 
 
 class DeadLetters(Protocol):

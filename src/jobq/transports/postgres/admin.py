@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.config import PostgresConfig
 from jobq.core.attempts import history
-from jobq.core.errors import ConfigError, TransportError
+from jobq.core.errors import ConfigError, NoSuchJob, TransportError
 from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch, pooled, translated
@@ -263,6 +263,6 @@ class PostgresAdmin:
             "dead_existing", {"queue": self._queue, "ids": numbers})}
         missing = [i for i in numbers if i not in found]
         if missing:
-            raise ConfigError(f"no dead job with id {', '.join(map(str, missing))} in queue "
-                              f"{self._queue!r}; `jobq dead list` shows them", key="--id")
+            raise NoSuchJob(f"no dead job {', '.join(map(str, missing))} in queue "
+                              f"{self._queue!r}; `jobq dead list` shows them")
         return numbers

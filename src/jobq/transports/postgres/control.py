@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from jobq.core.attempts import history
-from jobq.core.errors import ConfigError, TransportError
+from jobq.core.errors import ConfigError, NoSuchJob, TransportError
 from jobq.core.port import JOB_STATES, JobInfo
 from jobq.transports.common import shown_payload
 from jobq.transports.postgres.connect import Fetch
@@ -49,10 +49,10 @@ class JobControl:
         self._requeue_dead = requeue_dead  # PostgresAdmin.dead_requeue
 
     async def show(self, text: str) -> JobInfo:
-        """The job with this id in the queue; ConfigError when there is none."""
+        """The job with this id in the queue; NoSuchJob when there is none."""
         rows = await self._fetch("job_show", {"queue": self._queue, "id": job_id(text)})
         if not rows:
-            raise ConfigError(f"no job with id {text} in queue {self._queue!r}", key="--id")
+            raise NoSuchJob(f"no job {text} in queue {self._queue!r}")
         return _info(rows[0])
 
     async def list(self, state: str, kind: str | None, limit: int) -> list[JobInfo]:

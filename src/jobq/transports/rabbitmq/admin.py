@@ -19,7 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
 from jobq.core import attempts
-from jobq.core.errors import ConfigError, TransportError
+from jobq.core.errors import ConfigError, NoSuchJob, TransportError
 from jobq.core.port import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq import frames
@@ -172,18 +172,18 @@ class RabbitAdmin:
             raise
 
     async def show_job(self, job_id: str) -> JobInfo:
-        """A dead job by id (a read of ``<q>.dead``); ConfigError for any other: RabbitMQ cannot
+        """A dead job by id (a read of ``<q>.dead``); NoSuchJob for any other: RabbitMQ cannot
         find a pending or running message without taking it (docs/architecture.md)."""
         dead = await self._dead_one(job_id)
         if dead is not None:
             return _as_info(dead)
         cancelled = job_id in await self._tombstones.read()
-        raise ConfigError(
-            f"no dead job with id {job_id} in queue {self._queue!r}"
+        raise NoSuchJob(
+            f"no dead job {job_id} in queue {self._queue!r}"
             + ("; it has a tombstone (jobq jobs cancel): it will not run, or was stopped"
                if cancelled else "")
             + ". RabbitMQ cannot look a pending or running message up by id without taking it "
-            "from the queue, and keeps nothing of a finished one (`jobq jobs --help`)", key="--id")
+            "from the queue, and keeps nothing of a finished one (`jobq jobs --help`)")
 
     async def list_jobs(self, state: str, kind: str | None = None, limit: int = 100
                         ) -> list[JobInfo]:
@@ -216,10 +216,10 @@ class RabbitAdmin:
     async def retry_job(self, job_id: str) -> str:
         """A dead job back to the work queue with fresh attempts (``dead requeue``)."""
         if await self._dead_one(job_id) is None:
-            raise ConfigError(
-                f"no dead job with id {job_id} in queue {self._queue!r}: on RabbitMQ only a "
+            raise NoSuchJob(
+                f"no dead job {job_id} in queue {self._queue!r}: on RabbitMQ only a "
                 "dead job can be retried now (a delayed one waits in a retry tier, which jobq "
-                "does not read: `jobq jobs --help`)", key="--id")
+                "does not read: `jobq jobs --help`)")
         await self.dead_requeue(ids=[job_id])
         return f"job {job_id} requeued: it was dead, it runs now with a fresh set of attempts"
 
@@ -300,8 +300,8 @@ class RabbitAdmin:
         if wanted is not None:
             missing = wanted - {str(m.message_id) for m in messages}
             if missing:
-                raise ConfigError(f"no dead job with id {', '.join(sorted(missing))} in queue "
-                                  f"{self._queue!r}; `jobq dead list` shows them", key="--id")
+                raise NoSuchJob(f"no dead job {', '.join(sorted(missing))} in queue "
+                                  f"{self._queue!r}; `jobq dead list` shows them")
         return [m for m in messages
                 if (wanted is None or str(m.message_id) in wanted)
                 and (kind is None or m.type == kind)]
