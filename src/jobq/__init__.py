@@ -22,6 +22,7 @@ from jobq.core.job import Delivery, Job, Outcome
 from jobq.core.port import NewJob
 
 if TYPE_CHECKING:  # imported on first use (below): `import jobq` stays light for the CLIs
+    from jobq.sync import SyncPublisher
     from jobq.tasks import App, CallNext, Context, Failure, Middleware, Task
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "PermanentError",
     "QueueFull",
     "Retry",
+    "SyncPublisher",
     "Task",
     "TransactionOwned",
     "TransactionRequired",
@@ -58,4 +60,8 @@ def __getattr__(name: str) -> Any:
         import jobq.tasks
 
         return getattr(jobq.tasks, name)
+    if name == "SyncPublisher":
+        from jobq.sync import SyncPublisher
+
+        return SyncPublisher
     raise AttributeError(f"module 'jobq' has no attribute {name!r}")
