@@ -215,3 +215,46 @@ def test_many_failed_commits_each_give_their_connection_back_once(
 
     assert asyncio.run(within(drain(), 60.0)) == 480
     fifth_commits_failed(pg_dsn, schema, queue_name, children)
+
+
+def test_a_commit_the_server_cut_off_costs_the_job_no_attempt(
+        pg_dsn: str, schema: str, queue_name: str) -> None:
+    """The server ends a job's connection (pg_terminate_backend; a restart says the same) while
+    its handler runs: the COMMIT fails, not by the job's doing. It runs again at once with its
+    attempt uncounted. Before, that was a failed attempt (CommitFailed, retried with backoff),
+    and under pg_terminate_backend twice a second jobs died of it (make chaos-steady)."""
+    produce(schema, queue_name, 1)
+    runs: list[int] = []
+
+    async def cut_once(job: Job) -> None:
+        runs.append(job.attempt)
+        if len(runs) > 1:
+            return
+        assert job.context is not None
+        pid = (await (await job.context.execute("SELECT pg_backend_pid()")).fetchone())[0]
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+            await other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            while await (await other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchone():
+                await asyncio.sleep(0.01)
+
+    async def drain() -> None:
+        settings = load_settings(ROOT / "configs" / "postgres.yaml", {
+            "postgres.schema": schema, "postgres.claim": "transaction"})
+        pool = await open_pool(settings.postgres.dsn, settings.connect, 4,
+                               logging.getLogger("test"), min_size=2,
+                               network_timeout=settings.postgres.network_deadline)
+        transport = PgTransactionTransport(pool, settings.postgres, settings.connect,
+                                           queue=queue_name, concurrency=1, once=True)
+        try:
+            await transport.open()
+            await WorkerPool(transport, cut_once, RetryPolicy(base_delay=0.1, jitter=False),
+                             concurrency=1, buffer_size=0, job_timeout=10.0,
+                             shutdown_timeout=5.0, once=True).run()
+            await transport.close()
+        finally:
+            await pool.close()
+
+    asyncio.run(within(drain(), 60.0))
+    status, attempts, _, _ = job_row(pg_dsn, schema)
+    assert (status, attempts, runs) == ("done", 1, [1, 1]), (status, attempts, runs)

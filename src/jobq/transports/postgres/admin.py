@@ -15,7 +15,7 @@ from jobq.core.attempts import history
 from jobq.core.errors import ConfigError, NoSuchJob, TransportError
 from jobq.core.port import DeadJob, Depth, JobInfo, PauseState
 from jobq.transports.common import shown_payload
-from jobq.transports.postgres.connect import Fetch, pooled, translated
+from jobq.transports.postgres.connect import Fetch, pooled, taken, translated
 from jobq.transports.postgres.control import JobControl, job_id
 from jobq.transports.postgres.refusals import schema_mistake
 from jobq.transports.postgres.retention import Pruner
@@ -44,7 +44,7 @@ def pool_fetch(pool: Pool, queries: Queries, seconds: float | None = None) -> Fe
                 cur = await conn.execute(queries[name], params)
                 return await cur.fetchall()
         with translated(f"postgres {name}"):
-            async with pool.connection() as conn:
+            async with taken(pool) as conn:
                 cur = await conn.execute(queries[name], params)
                 return await cur.fetchall()
     return fetch
@@ -149,7 +149,7 @@ class PostgresAdmin:
         """Create or upgrade the schema; return the migrations applied now (none if current)."""
         applied: list[Migration] = []
         with translated("postgres init"):
-            async with self._pool.connection() as conn, conn.transaction():
+            async with taken(self._pool) as conn, conn.transaction():
                 await conn.execute(self._q["migration_lock"], {"key": f"jobq:{self._schema}"})
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
                     sql.Identifier(self._schema)))

@@ -125,20 +125,24 @@ def hung_up(conn: Conn) -> bool:
     """True when the server already ended this idle connection: closed, or its socket readable
     while no statement is in flight (a pool connection listens to nothing, so what arrives
     unasked is the server's goodbye: pg_terminate_backend, idle_session_timeout, a restart).
-    One non-blocking poll of the socket, no round trip."""
+    One non-blocking poll of the socket (poll, not select: any descriptor number), no round
+    trip. Not knowing (an unexpected error) counts as alive: the work then finds out."""
     if conn.closed or conn.broken:
         return True
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
+        return False
 
 
 async def live(pool: Pool, timeout: float | None = None) -> Conn:
     """A connection from the pool that the server has not hung up on. Those it has are closed
     and handed back (the pool opens new ones in their place) instead of failing the unit of
-    work that would have used them; ``timeout`` bounds the whole wait (PoolTimeout)."""
+    work that would have used them; ``timeout`` bounds the whole wait (PoolTimeout).
+    Not psycopg_pool's ``check=``: a round trip per use, and after a failed check it waits 1 s,
+    then 2 s..., so a pool whose every connection was cut at once stalls for seconds."""
     loop = asyncio.get_running_loop()
     end = loop.time() + (pool.timeout if timeout is None else timeout)
     while True:
@@ -146,6 +150,16 @@ async def live(pool: Pool, timeout: float | None = None) -> Conn:
         if not hung_up(conn):
             return conn
         await conn.close()
+        await pool.putconn(conn)
+
+
+@contextlib.asynccontextmanager
+async def taken(pool: Pool, timeout: float | None = None) -> AsyncIterator[Conn]:
+    """``pool.connection()``, with ``live``'s check: a connection the server ended is not used."""
+    conn = await live(pool, timeout)
+    try:
+        yield conn
+    finally:
         await pool.putconn(conn)
 
 

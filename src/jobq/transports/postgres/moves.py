@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobq.config import PostgresConfig
 from jobq.feeds.move import MovedJob, MoveReport, Send
 from jobq.transports.postgres.admin import pool_fetch, require_schema
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import taken, translated
 from jobq.transports.postgres.sql import Queries
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]
@@ -51,7 +51,7 @@ class PostgresMoves:
         """Each batch: lock, ``send``, delete, commit; until none is left."""
         while True:
             with translated("postgres move"):
-                async with self._pool.connection() as conn, conn.transaction():
+                async with taken(self._pool) as conn, conn.transaction():
                     cur = await conn.execute(self._q[f"move_{state}"], {
                         "queue": self._queue, "kind": kind, "limit": batch})
                     rows = await cur.fetchall()
@@ -78,7 +78,7 @@ class PostgresMoves:
             "priorities": [j.priority for j in jobs],
         }
         with translated("postgres move"):
-            async with self._pool.connection() as conn, conn.transaction():
+            async with taken(self._pool) as conn, conn.transaction():
                 cur = await conn.execute(self._q["move_in"], params)
                 kept = {row[0] for row in await cur.fetchall()}
                 skipped = [i for i in ids if i is not None and i not in kept]

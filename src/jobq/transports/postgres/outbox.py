@@ -24,7 +24,7 @@ from jobq.core.port import NewJob
 from jobq.core.within import Deadline
 from jobq.feeds.relay import Send
 from jobq.transports.postgres.admin import pool_fetch, require_schema
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import taken, translated
 from jobq.transports.postgres.listen import listen
 from jobq.transports.postgres.sql import Queries
 
@@ -74,7 +74,7 @@ class PostgresOutbox:
         ``send`` refused dead, with its reason), commit; how many. None when another relay holds
         the queue this moment. If ``send`` raises, the batch rolls back and stays pending."""
         with translated("postgres relay"):
-            async with self._pool.connection() as conn, conn.transaction():
+            async with taken(self._pool) as conn, conn.transaction():
                 cur = await conn.execute(self._q["relay_lock"], {"key": self._key})
                 row = await cur.fetchone()
                 if not (row and row[0]):

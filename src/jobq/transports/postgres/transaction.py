@@ -47,7 +47,7 @@ from jobq.transports.common import carry_out
 from jobq.transports.postgres.admin import pool_fetch, require_schema
 from jobq.transports.postgres.cancels import CancelWatch
 from jobq.transports.postgres.claims import ClaimStatement, Conn, Sweep
-from jobq.transports.postgres.connect import consumer_id, translated
+from jobq.transports.postgres.connect import consumer_id, taken, translated
 from jobq.transports.postgres.idle import idle_wait
 from jobq.transports.postgres.joined import Joined
 from jobq.transports.postgres.listen import listen
@@ -127,7 +127,7 @@ class PgTransactionTransport:
             await self._pool.wait(timeout=self._connect.timeout * self._connect.attempts)
         if self._once:  # the jobs due now, and no more: the sweep ends
             with translated("postgres sweep"):
-                async with self._pool.connection() as conn:
+                async with taken(self._pool) as conn:
                     cur = await conn.execute(self._queries["txn_sweep_start"].as_bytes(None))
                     until = (await cur.fetchall())[0][0]
             self._state.sweep = Sweep(until, asyncio.get_running_loop().time())

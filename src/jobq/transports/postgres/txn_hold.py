@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobq.core.errors import TransportError
 from jobq.transports.postgres.claims import OPEN, Claim, Conn
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import taken, translated
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.txn_state import TxnState
 
@@ -76,7 +76,7 @@ class Holdings:
         """Free picked jobs for any consumer now, their starts uncounted unless picks did."""
         counted = [job_id for job_id in ids if self.picked.get(job_id)]
         with translated("postgres release"):
-            async with self._pool.connection() as conn:
+            async with taken(self._pool) as conn:
                 await conn.execute(self._unpick_sql, {
                     "ids": ids, "counted": counted, "worker": self._worker})
         for job_id in ids:

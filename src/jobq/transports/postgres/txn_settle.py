@@ -27,10 +27,16 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from jobq.core.attempts import AttemptError
-from jobq.core.errors import CommitFailed, JobqError, SettleRejected, TransactionOwned
+from jobq.core.errors import (
+    CommitFailed,
+    ConnectionLost,
+    JobqError,
+    SettleRejected,
+    TransactionOwned,
+)
 from jobq.core.job import Delivery, Spent
 from jobq.transports.postgres.claims import OPEN, Claim, Conn
-from jobq.transports.postgres.connect import translated
+from jobq.transports.postgres.connect import taken, translated
 from jobq.transports.postgres.job_connection import HOW
 from jobq.transports.postgres.sql import Queries
 from jobq.transports.postgres.text import error_json, storable
@@ -41,6 +47,11 @@ from jobq.transports.postgres.txn_take import Taker
 
 ENDED = ("the handler ended the job's transaction (a COMMIT or ROLLBACK statement through "
          "job.context), so the job's outcome could not commit with it; " + HOW)
+# A COMMIT failed by these never failed by the job's doing: an operator's pg_terminate_backend
+# or a server shutdown (57P01), a crash of another server process (57P02). The job runs again
+# with that attempt uncounted (its pick handed back, Holdings.untake). A link lost without a
+# word from the server stays the job's failure: its own statement may have crashed the backend.
+NOT_THE_JOBS = (errors.AdminShutdown, errors.CrashShutdown)
 ABORTED = ("the job's transaction was aborted by a statement that failed in the handler, and the "
            "handler returned normally: its writes cannot commit (re-raise database errors)")
 
@@ -79,8 +90,13 @@ class TxnSettler:
                     await self._taker.take_with_commit(claim, spare)
             except psycopg.Error as exc:
                 claim.ended = ("pending",)  # rolled back (or, the link lost, maybe committed)
-                rejected = CommitFailed(f"the job's COMMIT failed: {type(exc).__name__}: "
-                                        f"{' '.join(str(exc).split())}")
+                text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                if isinstance(exc, NOT_THE_JOBS):
+                    await self._hold.untake([claim.job_id], "its COMMIT's connection ended")
+                    raise ConnectionLost(f"job {claim.job_id}'s COMMIT: the server ended its "
+                                         f"connection ({text}): not the job's doing, it runs "
+                                         "again, that attempt uncounted") from exc
+                rejected = CommitFailed(f"the job's COMMIT failed: {text}")
             finally:
                 if rejected is None and not claim.let_go:  # not passed on to the next job
                     await self._settled(claim)
@@ -152,7 +168,7 @@ class TxnSettler:
     async def _fail_apart(self, claim: Claim, params: dict[str, Any]) -> None:
         """The failure of a job whose transaction ended without jobq, in a transaction of its own."""
         await self._hold.let_go(claim)  # its transaction is not the job's (or broken): another
-        async with self._pool.connection() as conn:
+        async with taken(self._pool) as conn:
             cur = await conn.execute(self._sql["txn_fail_apart"], {
                 **params, "worker": self._worker, "attempt": claim.attempt, "until": claim.until,
                 "states": list(claim.ended)})
