@@ -162,8 +162,8 @@ class SteadyRun(Run):
             state = self.backend.final_state([])
             judge(self.steady, read_records(self.record), state, self.load,
                   self.scenario, clean_from=t0 + self.load.warmup, opens=opens)
-        except RuntimeError as exc:
-            self.summary.problems.append(str(exc))
+        except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
+            self.summary.problems.append(f"{type(exc).__name__}: {exc}")  # the next run goes on
         finally:
             with servers.sigint_deferred():
                 self.release()

@@ -11,8 +11,7 @@ back to what it was before the faults.
 from __future__ import annotations
 
 import bisect
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from benchmarks.processors import DONE, Entry
@@ -51,14 +50,6 @@ def latencies_ms(f: Finishes, start: float, end: float) -> list[float]:
     return sorted((f.first[n] - s) * 1000 for n, s in f.sent.items() if start <= s < end)
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by the nearest-rank rule; NaN when there is nothing."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 class Backlog:
     """Jobs sent and not yet finished, at any moment (from the first finishes)."""
 
@@ -77,7 +68,8 @@ class Backlog:
 
     def back_after(self, after: float, level: int, until: float) -> float | None:
         """Seconds after ``after`` until the backlog is at most ``level`` and stays so for
-        SETTLED_FOR (or until ``until``, the end of the record); None if it never is."""
+        SETTLED_FOR, by ``until`` (the last job's hand-over: while the load lasts); None if it
+        never does."""
         if until < after:
             return None
         since = None
@@ -85,7 +77,7 @@ class Backlog:
             t = min(after + i * STEP, until)  # the last sample at ``until`` itself
             if self.at(t) <= level:
                 since = t if since is None else since
-                if t - since >= SETTLED_FOR or t >= until:
+                if t - since >= SETTLED_FOR:
                     return since - after
             else:
                 since = None

@@ -25,7 +25,7 @@ def steady(dir: str, ms: float = 5.0, block_at: str = "", block_s: float = 15.0)
     """Sleep ``ms``, record the job; the jobs ``block_at`` (comma-separated ``n``) first block
     the loop for ``block_s`` seconds."""
     rec, seconds = Recorder(dir), ms / 1000.0
-    blockers = {int(n) for n in block_at.split(",") if n}
+    blockers = {int(n) for n in str(block_at).split(",") if n}  # one number comes as an int
 
     async def handle(job: Job) -> None:
         if job.payload.get("n") in blockers and not job.redelivered and job.attempt == 1:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 
+from benchmarks.measure import quantile as percentile
 from benchmarks.processors import DEAD, DONE, Entry
 from faults.backend import FinalState
 from faults.report import Summary
 from faults.scenarios import SCENARIOS
 from faults.steady_report import Load, SteadySummary, judge, last_fault
-from faults.timeline import Backlog, finishes, latencies_ms, percentile
+from faults.timeline import Backlog, finishes, latencies_ms
 
 
 def steady(rate: float, seconds: float, latency: float = 0.01) -> list[Entry]:
