@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo
+from psycopg import conninfo, sql
 
 from benchmarks.processors import read_records
 from faults import servers
@@ -39,6 +39,7 @@ from faults.cli import RESULTS, make_backend
 from faults.scenarios import SCENARIOS, Scenario
 from faults.steady_report import Load, SteadySummary, judge, write_report
 from faults.suite import Run, handles_sigterm
+from faults.upkeep import Vacuum
 
 
 class SteadyRun(Run):
@@ -142,10 +143,21 @@ class SteadyRun(Run):
             self.check_exits()
             time.sleep(0.25)
 
+    def vacuum(self) -> Vacuum | None:
+        """A started Vacuum of the queue's table when the server's autovacuum is off."""
+        schema = getattr(self.backend, "schema", None)
+        if schema is None or not Vacuum.needed(self.backend_dsn()):
+            return None
+        vacuum = Vacuum(self.backend_dsn(), sql.Identifier(schema, "jobs"))
+        vacuum.start()
+        return vacuum
+
     def execute_steady(self) -> SteadySummary:
         """Set up, load, inject, drain, stop, judge; always release and clean up."""
+        vacuum = None
         try:
             self.backend.setup()
+            vacuum = self.vacuum()
             for _ in range(self.options.consumers):
                 self.start_consumer()
             self.consumers[0].witness = True
@@ -165,6 +177,9 @@ class SteadyRun(Run):
         except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
             self.summary.problems.append(f"{type(exc).__name__}: {exc}")  # the next run goes on
         finally:
+            if vacuum is not None:
+                vacuum.stop()
+                self.steady.vacuums = vacuum.runs
             with servers.sigint_deferred():
                 self.release()
                 for proc in [c.proc for c in self.consumers] + [self.producer]:

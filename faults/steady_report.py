@@ -56,6 +56,7 @@ class SteadySummary:
     late: int = 0  # jobs sent in the window that waited LATE_MS or more: held by a fault
     back_after: float | None = None  # s after the last fault; None: never
     backlog_level: int = 0
+    vacuums: int = 0  # VACUUMs of the jobs table the run ran (the server's autovacuum off)
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -76,6 +77,7 @@ class SteadySummary:
                 f"unfinished={c.unfinished} duplicates={c.duplicates}/{c.duplicate_bound} "
                 f"p99 clean={self.clean_p99:.1f}ms faults={self.fault_p99:.1f}ms "
                 f"(x{self.ratio:.1f}) max={self.fault_max:.0f}ms late={self.late} back={back} "
+                f"vacuums={self.vacuums} "
                 f"{'OK' if self.ok else 'FAILED: ' + '; '.join(self.failures + c.failures)}")
 
 
