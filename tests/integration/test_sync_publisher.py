@@ -4,6 +4,7 @@ once and from inside a running event loop, and every job it said it enqueued is 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,3 +51,21 @@ def test_a_closed_publisher_says_so_and_closing_twice_is_harmless(backend: Backe
     publisher.close()
     with pytest.raises(RuntimeError, match="not open"):
         publisher.enqueue(NewJob(kind="sync", payload={}))
+
+
+def test_a_publisher_opened_before_a_fork_is_refused_in_the_child(backend: Backend) -> None:
+    """Its loop thread does not survive a fork (gunicorn --preload): the child is told to open
+    its own instead of waiting out every call's deadline."""
+    settings = load_settings(ROOT / "configs" / f"{backend.transport}.yaml",
+                             {"queue": backend.queue}, env=backend.env)
+    with SyncPublisher(settings) as publisher:
+        child = os.fork()
+        if child == 0:  # the child: exit 0 only if refused, naming the cause
+            try:
+                publisher.enqueue(NewJob(kind="sync", payload={}))
+                os._exit(1)
+            except RuntimeError as exc:
+                os._exit(0 if "opened in another process" in str(exc) else 2)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert publisher.enqueue(NewJob(kind="sync", payload={}))  # the parent's still works
