@@ -10,11 +10,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies first: this layer is rebuilt only when pyproject.toml changes, not on every
-# code edit. An empty placeholder package lets pip resolve and install them; it is removed.
+# code edit. A placeholder package (only its version) lets pip resolve and install them; it is removed.
 COPY pyproject.toml README.md ./
 RUN mkdir -p src/jobq \
-    && touch src/jobq/__init__.py \
-    && pip install ".[dashboard]" \
+    && echo '__version__ = "0"' > src/jobq/__init__.py \
+    && pip install ".[postgres,rabbitmq,dashboard]" \
     && pip uninstall -y jobq \
     && rm -rf src build
 

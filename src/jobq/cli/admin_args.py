@@ -31,6 +31,8 @@ PAUSE_HELP = {  # sub-command -> (one line for `jobq --help`, its own --help)
 }
 
 
+ALIASES = {"consume": "run a worker pool: the consumer command (jobq consume --help)",
+           "enqueue": "enqueue generated jobs: the producer command (jobq enqueue --help)"}
 SERVING = ("dashboard", "relay")  # commands that run until stopped: they log at the config's level
 
 
@@ -53,13 +55,19 @@ class _Intermixed(argparse.ArgumentParser):
 
 def admin_parser() -> argparse.ArgumentParser:
     """The ``jobq`` admin argument parser."""
-    p = argparse.ArgumentParser(prog="jobq", description="jobq administration.")
+    from jobq import __version__
+
+    p = argparse.ArgumentParser(prog="jobq", description="jobq: run, feed and administer job "
+                                "queues on PostgreSQL or RabbitMQ.")
+    p.add_argument("--version", action="version", version=f"jobq {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
+    for name, text in ALIASES.items():  # dispatched before parsing (cli/main.admin_main)
+        sub.add_parser(name, help=text, add_help=False)
     for add in (_reads, _dead_parser, _jobs_parser, _board_parser, _move_parser, _relay_parser,
                 _prune_parser, _schedules_parser):
         add(sub)
     for name, command in sub.choices.items():
-        if name not in SERVING:
+        if name not in SERVING and name not in ALIASES:
             command.add_argument("-v", "--verbose", action="store_true",
                                  help="log at INFO (what it connects to); else warnings only")
     return p

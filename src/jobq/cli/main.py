@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from jobq.cli import values
-from jobq.cli.admin_args import SERVING, admin_parser, common_options
+from jobq.cli.admin_args import ALIASES, SERVING, admin_parser, common_options
 from jobq.cli.running import (
     EXIT_CONFIG,
     EXIT_FORCED,
@@ -30,9 +30,9 @@ from jobq.core.errors import ConfigError
 # (consumer_main's first line), and these imports are most of a command's start-up time.
 
 
-def consumer_parser() -> argparse.ArgumentParser:
+def consumer_parser(prog: str = "consumer") -> argparse.ArgumentParser:
     """The ``consumer`` argument parser (also used to validate the compose commands)."""
-    p = argparse.ArgumentParser(prog="consumer", description="Run a jobq worker pool.")
+    p = argparse.ArgumentParser(prog=prog, description="Run a jobq worker pool.")
     common_options(p)
     p.add_argument("--concurrency", "-n", type=int)
     p.add_argument("--queues", type=values.queue_shares, metavar="QUEUE=N,...",
@@ -52,9 +52,9 @@ def consumer_parser() -> argparse.ArgumentParser:
     return p
 
 
-def producer_parser() -> argparse.ArgumentParser:
+def producer_parser(prog: str = "producer") -> argparse.ArgumentParser:
     """The ``producer`` argument parser."""
-    p = argparse.ArgumentParser(prog="producer", description="Enqueue generated jobs.")
+    p = argparse.ArgumentParser(prog=prog, description="Enqueue generated jobs.")
     common_options(p)
     p.add_argument("--count", "-n", type=int, required=True)
     p.add_argument("--payload-size", type=int, default=0, help="padding bytes per payload")
@@ -110,11 +110,11 @@ def _exit_quietly(signum: int, frame: object) -> None:
     raise SystemExit(EXIT_OK)
 
 
-def consumer_main(argv: Sequence[str] | None = None) -> int:
+def consumer_main(argv: Sequence[str] | None = None, prog: str = "consumer") -> int:
     """``consumer``: run the worker pool until SIGTERM (or, with --once, until drained)."""
     # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
     signal.signal(signal.SIGTERM, _exit_quietly)
-    args = consumer_parser().parse_args(argv)
+    args = consumer_parser(prog).parse_args(argv)
     from jobq.cli.consume import consume
     from jobq.wiring.backstop import Backstop
 
@@ -123,17 +123,22 @@ def consumer_main(argv: Sequence[str] | None = None) -> int:
                            args, serves_queues=True)
 
 
-def producer_main(argv: Sequence[str] | None = None) -> int:
+def producer_main(argv: Sequence[str] | None = None, prog: str = "producer") -> int:
     """``producer``: enqueue ``--count`` generated jobs."""
-    args = producer_parser().parse_args(argv)
+    args = producer_parser(prog).parse_args(argv)
     from jobq.cli import commands
 
     return run_command(lambda s: commands.produce(s, args), args)
 
 
 def admin_main(argv: Sequence[str] | None = None) -> int:
-    """``jobq``: init, stats, pause, resume, jobs, dead, prune, schedules."""
-    args = admin_parser().parse_args(argv)
+    """``jobq``: init, stats, pause, resume, jobs, dead, prune, schedules; ``jobq consume`` and
+    ``jobq enqueue`` are the ``consumer`` and ``producer`` commands under the package's name."""
+    line = list(sys.argv[1:] if argv is None else argv)
+    if line and line[0] in ALIASES:
+        run = consumer_main if line[0] == "consume" else producer_main
+        return run(line[1:], prog=f"jobq {line[0]}")
+    args = admin_parser().parse_args(line)
     if args.log_level is None and args.command not in SERVING:  # quiet unless -v
         args.log_level = "info" if args.verbose else "warning"
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind

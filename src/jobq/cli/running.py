@@ -90,5 +90,13 @@ def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argp
     except HookFailed as exc:  # the hook's traceback was logged where it failed
         print(f"jobq: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except ModuleNotFoundError as exc:  # a backend's driver not installed: say which extra
+        from jobq.wiring.lazy import missing_extra
+
+        said = missing_extra(exc)
+        if said is None:
+            raise
+        print(f"jobq: config error: {said}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_FORCED

@@ -15,10 +15,9 @@ every implementation against the Protocol those functions promise.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
@@ -41,6 +40,7 @@ from jobq.wiring.derived import (
     rmq_prefetch,
 )
 from jobq.wiring.handling import app_middleware, handler, retry_policy, serving
+from jobq.wiring.lazy import lazy
 from jobq.wiring.observing import job_tracing, metrics_server, monitor, observer
 from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
@@ -63,17 +63,6 @@ if TYPE_CHECKING:
     from jobq.transports.rabbitmq.ticks import RabbitTicks
 
 T = TypeVar("T")
-
-
-def lazy(path: str) -> Callable[..., Any]:
-    """A factory for the class at ``"module:Name"``, importing its module on the first call."""
-    module, _, name = path.partition(":")
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-    make.__qualname__ = make.__name__ = name
-    return make
 
 
 def pool_drain_timeout(settings: Settings) -> float:
