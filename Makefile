@@ -1,7 +1,7 @@
 # make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests.
 # make test-under-load: the same tests (not the lint) with two CPU-burning processes beside
 #   them: a test that fails there has a race to find, never a retry to add.
-# make demo: the main job on the real local servers.
+# make demo: a job's life on both backends (examples/life), then a quick drain figure.
 # make stack: the compose demo stack run natively (local servers; consumers, producer and
 #   Prometheus as processes); stops after 120 s or on Ctrl-C. STACK_ARGS="--seconds 600 --scale 2"
 # make chaos: the fault suite (restarts and crashes the local servers, and starts them
@@ -14,7 +14,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue
+.PHONY: test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue bench-quick
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -30,7 +30,7 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks faults tools examples
-	$(PY) -m mypy src examples/shop
+	$(PY) -m mypy src examples/shop examples/life
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m tools.sizes
 
@@ -87,6 +87,10 @@ unit: $(STAMP) tests/keda/node_modules
 	$(PYTEST) tests/unit examples/shop
 
 demo: $(STAMP)
+	$(PY) -m examples.life
+
+# The quick side-by-side benchmark of every target (the full one: python -m benchmarks).
+bench-quick: $(STAMP)
 	$(PY) -m benchmarks.demo
 
 STACK_ARGS ?=

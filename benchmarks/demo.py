@@ -1,4 +1,4 @@
-"""`make demo`: the quick side-by-side benchmark of every target, printed as a table.
+"""`make bench-quick`: the quick side-by-side benchmark of every target, printed as a table.
 
 It is ``python -m benchmarks --quick --scenarios drain,latency`` (real producer and consumer
 processes, fresh queues, correctness checked), followed by the report's main table and goal

@@ -1,4 +1,4 @@
-"""A benchmark (or `make demo`) against servers that do not answer says so at once, naming the
+"""A benchmark (or `make bench-quick`) against servers that do not answer says so at once, naming the
 address and how to start each, and exits non-zero without running a case."""
 
 from __future__ import annotations
