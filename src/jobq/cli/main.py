@@ -139,8 +139,8 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         run = consumer_main if line[0] == "consume" else producer_main
         return run(line[1:], prog=f"jobq {line[0]}")
     args = admin_parser().parse_args(line)
-    if args.log_level is None and args.command not in SERVING:  # quiet unless -v
-        args.log_level = "info" if args.verbose else "warning"
+    # Admin commands log warnings only, INFO with -v; --log-level wins over either.
+    level = None if args.command in SERVING else "info" if args.verbose else "warning"
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
                                                                  or args.all):
         print("jobq: config error: --id: say which dead jobs: --id N, --kind K or --all",
@@ -160,13 +160,13 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
                                            if args.source == args.target
                                            else "--batch: at least 1"), file=sys.stderr)
             return EXIT_CONFIG
-        return run_command(lambda s: commands.move_jobs(s, args), args)
+        return run_command(lambda s: commands.move_jobs(s, args), args, log_level=level)
     if args.command == "relay":
         if args.batch < 1:
             print("jobq: config error: --batch: at least 1", file=sys.stderr)
             return EXIT_CONFIG
         return run_command(lambda s: commands.relay(s, args), args)
-    return run_command(lambda s: commands.admin(s, args), args)
+    return run_command(lambda s: commands.admin(s, args), args, log_level=level)
 
 
 if __name__ == "__main__":

@@ -57,15 +57,20 @@ def settings_of(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
 
 
 def run_command(main: Callable[[Settings], Coroutine[Any, Any, int]], args: argparse.Namespace,
-                *, serves_queues: bool = False) -> int:
+                *, serves_queues: bool = False, log_level: str | None = None) -> int:
     """Load settings, run ``main``, map errors to one line on stderr and an exit code.
-    ``serves_queues``: a consumer, whose JSON log lines name every queue it serves."""
+    ``serves_queues``: a consumer, whose JSON log lines name every queue it serves;
+    ``log_level``: the command's own level (an admin command's: warning, or info with -v),
+    unless --log-level says otherwise (the config's log.level is the consumer's; it is
+    still checked)."""
     from jobq.observability.logs import configure
 
     try:
         settings = settings_of(args)
         queues = ",".join(settings.consumer.queues) if serves_queues else ""
-        configure(settings.log.level, settings.log.format, transport=settings.transport,
+        own = log_level if getattr(args, "log_level", None) is None else None
+        level = own or settings.log.level
+        configure(level, settings.log.format, transport=settings.transport,
                   queue=queues or settings.queue)
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             return runner.run(main(settings))

@@ -119,11 +119,9 @@ class RabbitAdmin:
 
     async def depth(self) -> Depth:
         """Messages by state: ready (the work and alone queues), in the retry tiers, dead.
-
         ``unacked`` is None: AMQP's passive declare reports only ready messages, and the
         broker-wide unacked count needs the management API; each consumer exports its own
-        unacked deliveries as ``jobq_in_flight``.
-        """
+        unacked deliveries as ``jobq_in_flight``."""
         t = self._topology
         counts = {t.alone: 0}
         async with self._channel(confirms=False) as channel:
@@ -289,9 +287,10 @@ class RabbitAdmin:
                     kept += 1
                     if at is None:
                         undated += 1
-        if kept:
-            self._log.info("kept %d dead letters of queue %r%s", kept, self._queue,
-                           f" ({undated} without a dead-at time)" if undated else "")
+        if kept:  # warned when some have no dead-at time: never pruned by age
+            self._log.log(logging.WARNING if undated else logging.INFO, "kept %d dead letters of "
+                          "queue %r%s", kept, self._queue, f" ({undated} without a dead-at time: "
+                          "never pruned by age; `jobq dead purge --id`)" if undated else "")
         return pruned
 
     def _choose(self, messages: list[AbstractIncomingMessage], ids: Sequence[str] | None,
