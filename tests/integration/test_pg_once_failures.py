@@ -40,10 +40,13 @@ def test_once_exits_1_when_receives_failed_during_the_run(
         if proc.poll() is None:
             proc.kill()
     text = log.read_text()
-    # It went on to the end. A claim whose answer the stall swallowed may have committed: its
-    # jobs stay running until their lease expires, for a later run (what exit 1 warns of).
+    # It went on to the end. What the failed receives left is for a later run (what exit 1
+    # warns of): a claim whose answer the stall swallowed may have committed, its jobs running
+    # until their lease expires; one cancelled before its commit leaves its jobs pending, behind
+    # the claim cursor of a --once sweep that then ends (seen: 397 done, 3 pending). None lost.
     left = counts(pg_dsn, schema, queue_name)
-    assert left.get("done", 0) + left.get("running", 0) == 400 and left.get("done", 0) >= 380, text
+    assert sum(left.get(s, 0) for s in ("done", "running", "pending")) == 400, text
+    assert left.get("done", 0) >= 380, text
     assert code == 1, text
     assert "receive(s) and" in text and "(--once exits 1)" in text, text
 
