@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
+from faults import servers
 from faults.backend import Backend, Options
 from faults.postgres import PostgresBackend
 from faults.rabbitmq import RabbitBackend
@@ -62,3 +66,28 @@ def parse(argv: list[str] | None, doc: str | None) -> tuple[list[str], Options, 
     if options.repeat < 1:
         p.error("--repeat: at least 1")
     return [t for t in a.transports.split(",") if t], options, Path(a.report)
+
+
+class Finished(Protocol):
+    """A run's summary, as far as the suite's exit code needs it."""
+
+    @property
+    def ok(self) -> bool: ...
+
+
+def supervise(prog: str, runs: Iterator[Finished], report: Path) -> int:
+    """Take every run ``runs`` makes (each printed and reported as it ends), then the last line
+    and the exit code: 0 all OK, 1 some failed, 2 a server did not come back, 130 Ctrl-C (the
+    servers a run stopped were started again either way)."""
+    summaries: list[Finished] = []
+    try:
+        summaries.extend(runs)
+    except servers.ServerDown as exc:
+        print(f"{prog}: FATAL: {exc}; start it by hand (.ci/run shows how)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; every server it stopped was started again", file=sys.stderr)
+        return 130
+    passed = sum(s.ok for s in summaries)
+    print(f"{prog}: {passed}/{len(summaries)} runs OK; report: {report.with_suffix('.md')}")
+    return 0 if passed == len(summaries) else 1

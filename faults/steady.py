@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -35,7 +36,7 @@ from psycopg import conninfo, sql
 from benchmarks.processors import read_records
 from faults import servers
 from faults.backend import BIN, Backend, Options
-from faults.cli import RESULTS, make_backend
+from faults.cli import RESULTS, make_backend, supervise
 from faults.scenarios import SCENARIOS, Scenario
 from faults.steady_report import Load, SteadySummary, judge, write_report
 from faults.suite import Run, handles_sigterm
@@ -217,8 +218,9 @@ def parse(argv: list[str] | None) -> tuple[list[str], list[str], Load, int, Path
 def main(argv: list[str] | None = None) -> int:
     """Every scenario on each of its transports, ``--repeat`` times; exit 1 if any failed."""
     scenarios, transports, load, repeat, report = parse(argv)
-    summaries: list[SteadySummary] = []
-    try:
+
+    def runs() -> Iterator[SteadySummary]:
+        summaries: list[SteadySummary] = []
         for run in range(1, repeat + 1):
             for name in scenarios:
                 scenario = SCENARIOS[name]
@@ -232,15 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                             shutil.copytree(one.record, one.logs_to / "record")
                     print(summaries[-1].line(), flush=True)
                     write_report(summaries, load, report)
-    except servers.ServerDown as exc:
-        print(f"chaos-steady: FATAL: {exc}; start it by hand (.ci/run shows how)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("chaos-steady: interrupted; every server it stopped was started again", file=sys.stderr)
-        return 130
-    passed = sum(s.ok for s in summaries)
-    print(f"chaos-steady: {passed}/{len(summaries)} runs OK; report: {report.with_suffix('.md')}")
-    return 0 if passed == len(summaries) else 1
+                    yield summaries[-1]
+
+    return supervise("chaos-steady", runs(), report)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from faults import servers, stacks
 from faults.backend import Backend, Options, capacity, consumer_settings
-from faults.cli import make_backend, parse
+from faults.cli import make_backend, parse, supervise
 from faults.report import Summary, write_report
 from faults.server_faults import ServerFaults
 from faults.verdict import duplicate_bound, tally
@@ -265,22 +266,17 @@ def run_one(name: str, options: Options, report: Path, run: int) -> Summary:
 def main(argv: list[str] | None = None) -> int:
     """Run every transport asked for, ``--repeat`` times; exit 1 if any run failed."""
     transports, options, report = parse(argv, __doc__)
-    summaries: list[Summary] = []
-    try:
+
+    def runs() -> Iterator[Summary]:
+        summaries: list[Summary] = []
         for run in range(1, options.repeat + 1):
             for name in transports:
                 summaries.append(run_one(name, options, report, run))
                 print(summaries[-1].line(options.repeat), flush=True)
                 write_report(summaries, options, report)  # after each run: a hang later keeps it
-    except servers.ServerDown as exc:
-        print(f"chaos: FATAL: {exc}; start it by hand (.ci/run shows how)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("chaos: interrupted; every server it stopped was started again", file=sys.stderr)
-        return 130
-    passed = sum(s.ok for s in summaries)
-    print(f"chaos: {passed}/{len(summaries)} runs OK; report: {report.with_suffix('.md')}")
-    return 0 if passed == len(summaries) else 1
+                yield summaries[-1]
+
+    return supervise("chaos", runs(), report)
 
 
 if __name__ == "__main__":
