@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import PgTransactionTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from jobq.worker.stats import PoolStats
 from tests.conftest import ROOT, fetch, pg_args, run_cli, schema_env
 from tests.integration.test_pg_transaction import TXN, effects, effects_table, table
 from tests.integration.test_postgres import produce, status_counts
@@ -48,6 +50,31 @@ def consume(queue: str, schema: str, *args: str, **env: str) -> str:
                      env=schema_env(schema, JOBQ_RETRY__JITTER="false", **env), timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stderr
+
+
+async def drain_in_process(schema: str, queue: str, handler: Callable[[Job], Awaitable[None]],
+                           *, concurrency: int, pool_size: int, base_delay: float,
+                           job_timeout: float, **postgres: Any) -> PoolStats:
+    """A --once drain of ``queue`` in transaction mode by a WorkerPool in this process, on a
+    pool of ``pool_size`` connections (``postgres``: more postgres.* settings); its stats."""
+    settings = load_settings(ROOT / "configs" / "postgres.yaml", {
+        "postgres.schema": schema, "postgres.claim": "transaction",
+        "consumer.concurrency": concurrency,
+        **{f"postgres.{key}": value for key, value in postgres.items()}})
+    pool = await open_pool(settings.postgres.dsn, settings.connect, pool_size,
+                           logging.getLogger("test"), min_size=2,
+                           network_timeout=settings.postgres.network_deadline)
+    transport = PgTransactionTransport(pool, settings.postgres, settings.connect,
+                                       queue=queue, concurrency=concurrency, once=True)
+    try:
+        await transport.open()
+        stats = await WorkerPool(transport, handler, RetryPolicy(base_delay=base_delay, jitter=False),
+                                 concurrency=concurrency, buffer_size=0, job_timeout=job_timeout,
+                                 shutdown_timeout=5.0, once=True).run()
+        await transport.close()
+    finally:
+        await pool.close()
+    return stats
 
 
 def deferred_children(dsn: str, schema: str) -> sql.Composed:
@@ -194,26 +221,9 @@ def test_many_failed_commits_each_give_their_connection_back_once(
     produce(schema, queue_name, 600)
     handler = fifth_commits_fail(children)
 
-    async def drain() -> int:
-        settings = load_settings(ROOT / "configs" / "postgres.yaml", {
-            "postgres.schema": schema, "postgres.claim": "transaction",
-            "consumer.concurrency": 8, "postgres.pick_ahead": False})
-        pool = await open_pool(settings.postgres.dsn, settings.connect, 10,
-                               logging.getLogger("test"), min_size=2,
-                               network_timeout=settings.postgres.network_deadline)
-        transport = PgTransactionTransport(pool, settings.postgres, settings.connect,
-                                           queue=queue_name, concurrency=8, once=True)
-        try:
-            await transport.open()
-            stats = await WorkerPool(transport, handler, RetryPolicy(base_delay=60.0, jitter=False),
-                                     concurrency=8, buffer_size=0, job_timeout=5.0,
-                                     shutdown_timeout=5.0, once=True).run()
-            await transport.close()
-        finally:
-            await pool.close()
-        return stats.ok
-
-    assert asyncio.run(within(drain(), 60.0)) == 480
+    drained = drain_in_process(schema, queue_name, handler, concurrency=8, pool_size=10,
+                               base_delay=60.0, job_timeout=5.0, pick_ahead=False)
+    assert asyncio.run(within(drained, 60.0)).ok == 480
     fifth_commits_failed(pg_dsn, schema, queue_name, children)
 
 
@@ -239,23 +249,7 @@ def test_a_commit_the_server_cut_off_costs_the_job_no_attempt(
                                                (pid,))).fetchone()
             assert ended == (True,), ended
 
-    async def drain() -> None:
-        settings = load_settings(ROOT / "configs" / "postgres.yaml", {
-            "postgres.schema": schema, "postgres.claim": "transaction"})
-        pool = await open_pool(settings.postgres.dsn, settings.connect, 4,
-                               logging.getLogger("test"), min_size=2,
-                               network_timeout=settings.postgres.network_deadline)
-        transport = PgTransactionTransport(pool, settings.postgres, settings.connect,
-                                           queue=queue_name, concurrency=1, once=True)
-        try:
-            await transport.open()
-            await WorkerPool(transport, cut_once, RetryPolicy(base_delay=0.1, jitter=False),
-                             concurrency=1, buffer_size=0, job_timeout=10.0,
-                             shutdown_timeout=5.0, once=True).run()
-            await transport.close()
-        finally:
-            await pool.close()
-
-    asyncio.run(within(drain(), 60.0))
+    asyncio.run(within(drain_in_process(schema, queue_name, cut_once, concurrency=1,
+                                        pool_size=4, base_delay=0.1, job_timeout=10.0), 60.0))
     status, attempts, _, _ = job_row(pg_dsn, schema)
     assert (status, attempts, runs) == ("done", 1, [1, 1]), (status, attempts, runs)
