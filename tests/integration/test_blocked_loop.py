@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from tests.conftest import PG_DSN, fetch, jobs_table
+from tests.conftest import PG_DSN, fetch, jobs_table, pg_args, run_cli, schema_env
 from tests.contract.backends import Backend, backend_under_test
 from tests.scrape import Running, get, scrape, value, wait_for
 
@@ -113,3 +113,16 @@ def _blocker(directory: Path) -> str | None:
 def _ended(directory: Path) -> set[str]:
     return {job_id for job_id, records in _runs(directory).items()
             if any(what == "end" for _, what, _, _ in records)}
+
+
+def test_a_start_up_that_holds_the_loop_is_no_alarm(schema: str, queue_name: str) -> None:
+    """The watchdog watches a consumer whose transports are open: before that nothing holds a
+    lease. Before, it watched from the first moment, and on a loaded machine importing the
+    backend alone held the loop over its 1 s threshold: a warning on every start that blamed
+    "jobq's own code or a library" and told to use a plain def (a start-up hook here)."""
+    env = schema_env(schema, JOBQ_TEST_STARTUP_BLOCK="1.5")
+    done = run_cli("consumer", *pg_args(queue_name), "-A", "tests.slow_start_app:app", "--once",
+                   env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nothing left to do" in done.stderr, done.stderr
+    assert "event loop blocked" not in done.stderr, done.stderr

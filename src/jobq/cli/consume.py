@@ -139,6 +139,7 @@ async def _consume(settings: Settings, stats_json: str | None, pools: list[Worke
                     for q in queues]
         for queue in queues:
             queue.metrics.loop_stalled = watch.stalled_for
+        watch.start()  # from here on a block costs leases and heartbeats: watched
         if stopping:
             # A signal came during the start-up and its cancel did not end it (a library on
             # the way caught the CancelledError; seen once in 40 fault-suite runs: the

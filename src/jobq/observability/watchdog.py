@@ -161,8 +161,10 @@ class LoopWatch:
 
 @contextlib.contextmanager
 def watching(watch: LoopWatch) -> Iterator[LoopWatch]:
-    """``watch`` watching the running loop while inside."""
-    watch.start()
+    """``watch`` stopped on the way out, however the block ends; the consumer starts it once
+    its transports are open (``LoopWatch.start``): the start-up before that (importing the
+    backend and the app, connecting) holds no lease and no job, and on a loaded machine its
+    imports alone held the loop for over a second, a false alarm on every start."""
     try:
         yield watch
     finally:
