@@ -61,12 +61,13 @@ def test_a_poison_job_dies_alone_and_its_batch_mates_spend_no_attempt(
     produce(schema, queue_name, 15, "--max-attempts", "3")
     env = schema_env(schema, JOBQ_POSTGRES__LEASE="1", JOBQ_POSTGRES__RESCUE_INTERVAL="0.2",
                      JOBQ_CONSUMER__BUFFER="10")
-    exits = []
+    exits, logs = [], []
     for _ in range(12):
         proc = run_cli("consumer", *pg_args(queue_name), "-p", POISON, "-a", f"directory={tmp_path}",
                        "-a", "min_ms=100", "-a", "max_ms=300",
                        "-n", "1", "--max-attempts", "3", "--once", env=env, timeout=60)
         exits.append(proc.returncode)
+        logs.append(proc.stderr)
         assert proc.returncode in (0, 137), proc.stderr
         left = [r for r in rows(pg_dsn, schema, queue_name).values() if r[1] in ("pending", "running")]
         if not left:
@@ -77,16 +78,33 @@ def test_a_poison_job_dies_alone_and_its_batch_mates_spend_no_attempt(
     innocent = {i: r for i, r in final.items() if r[0] != "poison"}
     assert len(poison) == 1 and len(innocent) == 20
     statuses = collections.Counter(r[1] for r in innocent.values())
-    assert statuses == {"done": 20}, (statuses, exits)
+    assert statuses == {"done": 20}, (statuses, exits, logs)
     assert {r[2] for r in innocent.values()} == {1}, innocent  # not one attempt spent on a crash
     _, status, attempts, error, *_ = poison[0]
-    assert (status, attempts) == ("dead", 3), (poison, exits)
+    assert (status, attempts) == ("dead", 3), (poison, exits, logs)
     assert "lease expired on attempt 3 of 3" in str(error) and "alone" in str(error), error
     assert set(map(int, completions(tmp_path))) == set(innocent)
     # One run in its batch (not counted: its batch-mates were in flight), then three alone.
     runs = (tmp_path / "poison.runs").read_text().split("\n")
     assert len([r for r in runs if r]) == 4, runs
     assert exits.count(137) == 4, exits
+
+
+def test_a_once_sweep_runs_every_crash_suspect_one_after_the_other(
+        pg_dsn: str, schema: str, queue_name: str, tmp_path: Path) -> None:
+    """Suspects run one at a time: the next may be claimed once the last one's ack is written.
+    Before, an idle ``--once`` consumer's claim came back empty while that ack waited for its
+    flush, and the sweep ended "nothing left to do" with the other suspects pending (under
+    load the poison test above then ran out of consumers before the poison was dead)."""
+    produce(schema, queue_name, 4)
+    fetch(pg_dsn, sql.SQL("UPDATE {} SET isolate = true WHERE queue = %s RETURNING id").format(jobs(schema)),
+          [queue_name])
+    # An ack interval no claim can beat: the suspect's ack waits for it unless it is flushed.
+    env = schema_env(schema, JOBQ_POSTGRES__ACK_INTERVAL="2")
+    done = run_cli("consumer", *pg_args(queue_name), "-p", "noop", "--once", env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    statuses = collections.Counter(r[1] for r in rows(pg_dsn, schema, queue_name).values())
+    assert statuses == {"done": 4}, (statuses, done.stderr)
 
 
 def lease_transport(pool: Any, schema: str, queue: str, **settings: Any) -> PostgresTransport:

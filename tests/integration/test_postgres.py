@@ -102,12 +102,13 @@ def test_a_consumer_whose_lease_expired_cannot_overwrite_the_outcome_of_the_new_
     stale = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path / 'a'}",
                       "-a", "sleep_ms=3000", "-a", "fail_kind=doomed", "-n", "1", env=stale_env)
     holder = None
+    ran = False
     try:
         assert wait_until(lambda: status_counts(pg_dsn, schema, queue_name) == {"running": 1}, 20)
         holder = start_cli("consumer", *pg_args(queue_name), "-p", RECORD,
                            "-a", f"directory={tmp_path / 'b'}", "-a", "sleep_ms=3000", "-n", "1",
                            env=schema_env(schema, JOBQ_POSTGRES__RESCUE_INTERVAL="0.2"))
-        assert wait_until(lambda: completions(tmp_path / "b"), 20)
+        ran = wait_until(lambda: completions(tmp_path / "b"), 20)
         time.sleep(0.5)  # both outcomes written by now: the stale one at 3 s, the holder's since
     finally:
         errs = []
@@ -115,6 +116,7 @@ def test_a_consumer_whose_lease_expired_cannot_overwrite_the_outcome_of_the_new_
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
                 errs.append(proc.communicate(timeout=30)[1])
+    assert ran, f"the holder never ran the job; stale consumer:\n{errs[0]}\nholder:\n{errs[-1]}"
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 1}
     assert "1 dead(s) not written: the job's lease expired" in errs[0]
     assert not completions(tmp_path / "a")

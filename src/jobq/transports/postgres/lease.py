@@ -142,6 +142,8 @@ class PostgresTransport:
             deliveries = await self._claimer.deliveries(max_count)
             if deliveries:
                 return deliveries
+            if await self._suspect_acked():
+                continue
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
@@ -150,6 +152,16 @@ class PostgresTransport:
                                    self._cfg.network_deadline)
             with contextlib.suppress(TimeoutError):
                 await within(wake.wait(), wait)
+
+    async def _suspect_acked(self) -> bool:
+        """Whether the suspect this consumer ran alone had its ack waiting and it is written
+        now. Until it is, no other suspect may be claimed (one at a time: lease_state.py), and
+        an idle ``--once`` sweep would end with the other suspects pending."""
+        if self._state.suspect not in self._acks.waiting:
+            return False
+        with contextlib.suppress(TransportError):  # kept for the flusher's next try
+            await self._acks.flush()
+        return self._state.may_claim_suspect()
 
     def settle(self, delivery: Delivery, decision: Decision) -> Coroutine[Any, Any, None]:
         """Carry out the worker's decision for ``delivery`` (``Transport.settle``; the settle's
