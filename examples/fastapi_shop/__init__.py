@@ -1,0 +1,1 @@
+"""A FastAPI application that enqueues jobq tasks (docs/how-to/fastapi.md)."""
