@@ -15,7 +15,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: docs test test-services test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue bench-quick
+.PHONY: docs test test-services test-step1 test-django test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue bench-quick
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -58,7 +58,15 @@ test: test-services
 
 test-services: $(STAMP)
 	$(PY) -m compileall -q src tests
+	$(MAKE) --no-print-directory -j2 -O test-step1 test-django
+
+test-step1: $(STAMP)
 	$(PYTEST) $(STEP1)
+
+# jobq.contrib.django on a Django project (tests/django_project): pytest-django makes its test
+# database on the local PostgreSQL. Beside step 1: one of its tests uses RabbitMQ.
+test-django: $(STAMP)
+	$(PYTEST) -p pytest_django --ds tests.django_project.settings tests/django_project
 
 test-beside:
 	$(MAKE) --no-print-directory -j5 -O $(BESIDE)

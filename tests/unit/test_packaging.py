@@ -51,7 +51,7 @@ def test_the_wheel_carries_one_version_the_extras_and_the_commands(dist: Path) -
         scripts = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
     assert meta["Version"] == jobq.__version__
     assert set(meta.get_all("Provides-Extra") or []) >= {"postgres", "rabbitmq", "dashboard",
-                                                          "otel", "sentry"}
+                                                          "otel", "sentry", "django"}
     requires = meta.get_all("Requires-Dist") or []
     assert any(r.startswith("psycopg") and 'extra == "postgres"' in r for r in requires), requires
     assert any(r.startswith("aio-pika") and 'extra == "rabbitmq"' in r for r in requires), requires
@@ -59,6 +59,7 @@ def test_the_wheel_carries_one_version_the_extras_and_the_commands(dist: Path) -
     for command in ("jobq = jobq.cli.main:admin_main", "consumer = ", "producer = "):
         assert command in scripts, scripts
     assert "jobq/py.typed" in names and "jobq/transports/postgres/sql/queries.sql" in names
+    assert "jobq/contrib/django/management/commands/jobq_consume.py" in names
 
 
 def test_version_and_the_namespaced_commands() -> None:

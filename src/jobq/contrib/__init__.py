@@ -1,0 +1,1 @@
+"""jobq in the frameworks teams use it from: ``jobq.contrib.django``."""

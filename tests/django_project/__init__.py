@@ -1,0 +1,1 @@
+"""A small Django project on the real PostgreSQL, for jobq.contrib.django's tests."""
