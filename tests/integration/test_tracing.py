@@ -22,7 +22,7 @@ from jobq.api import wired
 from jobq.config import load_settings
 from jobq.core.port import NewJob
 from jobq.wiring.container import get_admin, get_publisher, get_transport, get_worker_pool
-from tests.conftest import AMQP_URL, PG_DSN, ROOT
+from tests.conftest import AMQP_URL, PG_DSN, ROOT, schema_env
 from tests.contract.backends import drop_topology
 
 EXPORTER = InMemorySpanExporter()
@@ -100,7 +100,11 @@ def test_the_enqueue_span_is_the_parent_of_each_jobs_span(settings: Any) -> None
 
 
 def test_with_tracing_off_opentelemetry_is_not_imported() -> None:
+    # FastAPI (in the dev extra for examples/fastapi_shop) imports OpenTelemetry when it is
+    # installed, and dependency-injector imports FastAPI when it can (its wiring supports
+    # FastAPI's Depends): neither is jobq's doing, so FastAPI is kept out of this process.
     code = ("import sys, asyncio\n"
+            "sys.modules['fastapi'] = None\n"
             "from jobq.config import load_settings\n"
             "from jobq.wiring.container import Container\n"
             "s = load_settings(None, {'consumer.processor': 'noop'})\n"
@@ -112,3 +116,20 @@ def test_with_tracing_off_opentelemetry_is_not_imported() -> None:
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.replace("'", '"')) == []
+
+
+def test_a_command_imports_neither_fastapi_nor_opentelemetry(schema: str) -> None:
+    """dependency-injector imports FastAPI when installed (and FastAPI OpenTelemetry): a
+    command imports it with FastAPI hidden (wiring/lean.py). Before, every command in a venv
+    holding FastAPI imported both, twice the start-up CPU of the container import. FastAPI
+    stays importable afterwards, for an app's tasks that use it."""
+    code = ("import sys\n"
+            "from jobq.cli.main import admin_main\n"
+            "code = admin_main(['stats', '-t', 'postgres', '-q', 'q', '--json'])\n"
+            "print(code, 'fastapi' in sys.modules, 'opentelemetry' in sys.modules)\n"
+            "import fastapi\n")
+    env = {**schema_env(schema)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 False False", done.stdout
