@@ -1,9 +1,9 @@
-"""The tutorial runs as written: every block of docs/tutorial.md, on both backends (issue 36).
+"""The README's first program and the tutorial run as written, from the wheel alone (issue 36).
 
-Run in a directory of its own, with the test's Python first on PATH as a reader's activated
-virtualenv would be; its own PostgreSQL schema and RabbitMQ vhost, so the page's names (the
-default queue) meet nothing of another test's. The wheel's clean-venv run of the same page
-is in test_wheel.py.
+Every block of docs/tutorial.md and of the README's "A first program", on both backends, run
+by tests/docs_run.py in a directory of their own with a clean virtualenv's bin first on PATH,
+as a reader's activated one would be; a PostgreSQL schema and a RabbitMQ vhost of their own,
+so the pages' names (the default queue) meet nothing of another test's.
 """
 
 from __future__ import annotations
@@ -47,22 +47,6 @@ def isolated(pg_dsn: str) -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_the_tutorial_runs_as_written(isolated: dict[str, str], tmp_path: Path) -> None:
-    outputs = run_page(ROOT / "docs" / "tutorial.md", tmp_path,
-                       venv_env(Path(sys.executable).parent, **isolated))
-    assert len(outputs) == 4, outputs  # the install (the caller's), PostgreSQL, the tests, RabbitMQ
-    assert "on postgres" in outputs[1] and "on rabbitmq" in outputs[3], outputs
-
-
-@pytest.mark.parametrize("transport", ["postgres", "rabbitmq"])
-def test_the_readmes_first_program_runs_as_written(
-        isolated: dict[str, str], transport: str, tmp_path: Path) -> None:
-    env = venv_env(Path(sys.executable).parent, JOBQ_TRANSPORT=transport, **isolated)
-    outputs = run_page(ROOT / "README.md", tmp_path, env, heading="## A first program")
-    assert f"on {transport}" in outputs[0], outputs
-
-
-@pytest.mark.slow
 def test_the_wheel_alone_in_a_clean_venv_runs_the_readme_and_the_tutorial(
         isolated: dict[str, str], pg_dsn: str, tmp_path: Path) -> None:
     """What a user gets from `pip install jobq-<version>.whl`: nothing of this checkout on the
@@ -81,14 +65,20 @@ def test_the_wheel_alone_in_a_clean_venv_runs_the_readme_and_the_tutorial(
                 cwd=work, env=env)
     assert where.startswith(str(venv)), where  # the wheel's copy, not this checkout's
     assert run([str(venv / "bin" / "jobq"), "--version"], env=env).startswith("jobq ")
-    readme = f"{isolated['JOBQ_POSTGRES__SCHEMA']}_readme"
+    readme = f"{isolated['JOBQ_POSTGRES__SCHEMA']}_readme"  # its job 1 is not the tutorial's
     try:
-        run_page(ROOT / "README.md", work, {**env, "JOBQ_POSTGRES__SCHEMA": readme},
-                 heading="## A first program")
+        for transport in ("postgres", "rabbitmq"):
+            (work / transport).mkdir()
+            said = run_page(ROOT / "README.md", work / transport,
+                            {**env, "JOBQ_POSTGRES__SCHEMA": readme, "JOBQ_TRANSPORT": transport},
+                            heading="## A first program")
+            assert f"on {transport}" in said[0], said
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(readme)))
-    run_page(ROOT / "docs" / "tutorial.md", work, env)
+    outputs = run_page(ROOT / "docs" / "tutorial.md", work, env)
+    assert len(outputs) == 4, outputs  # the install (done above), PostgreSQL, the tests, RabbitMQ
+    assert "on postgres" in outputs[1] and "on rabbitmq" in outputs[3], outputs
 
 
 def run(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
