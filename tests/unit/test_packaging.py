@@ -65,8 +65,8 @@ def test_the_wheel_carries_one_version_the_extras_and_the_commands(dist: Path) -
 def test_version_and_the_namespaced_commands() -> None:
     said = subprocess.run([str(BIN / "jobq"), "--version"], capture_output=True, text=True)
     assert said.stdout.strip() == f"jobq {jobq.__version__}", said
-    for name, described in (("consume", "Run a jobq worker pool."),
-                            ("enqueue", "Enqueue generated jobs.")):
+    for name, described in (("consume", "Run a jobq worker pool: "),
+                            ("enqueue", "Enqueue generated jobs (")):
         helped = subprocess.run([str(BIN / "jobq"), name, "--help"], capture_output=True,
                                 text=True)
         assert helped.returncode == 0 and f"usage: jobq {name}" in helped.stdout, helped

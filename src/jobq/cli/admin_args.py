@@ -11,10 +11,17 @@ from jobq.cli import values
 
 def common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="YAML config file (default: $JOBQ_CONFIG)")
-    parser.add_argument("--transport", "-t", choices=("postgres", "rabbitmq"))
-    parser.add_argument("--queue", "-q")
-    parser.add_argument("--log-format", choices=("text", "json"))
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--transport", "-t", choices=("postgres", "rabbitmq"),
+                        help="the backend (default: the config's transport, postgres)")
+    parser.add_argument("--queue", "-q", help="the queue (default: the config's queue, default)")
+    parser.add_argument("--log-format", choices=("text", "json"), help=LOG_FORMAT)
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                        help=LOG_LEVEL)
+
+
+LOG_FORMAT = "log lines as text or one JSON object each (default: log.format, text)"
+LOG_LEVEL = "the lowest level logged (default: log.level; admin commands: warning, info with -v)"
+JSON = "print the answer as one JSON document, for scripts"
 
 
 PAUSE_HELP = {  # sub-command -> (one line for `jobq --help`, its own --help)
@@ -62,7 +69,7 @@ def admin_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"jobq {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     for name, text in ALIASES.items():  # dispatched before parsing (cli/main.admin_main)
-        sub.add_parser(name, help=text, add_help=False)
+        sub.add_parser(name, help=text, description=text, add_help=False)
     for add in (_reads, _dead_parser, _jobs_parser, _board_parser, _move_parser, _relay_parser,
                 _prune_parser, _schedules_parser):
         add(sub)
@@ -75,27 +82,40 @@ def admin_parser() -> argparse.ArgumentParser:
 
 def _reads(sub: Any) -> None:
     """init, stats, pause and resume."""
-    init = sub.add_parser("init", help="create or upgrade the schema / topology")
+    init = sub.add_parser("init", help="create or upgrade the schema / topology", description=(
+        "Create or upgrade what the queue needs on its backend: on PostgreSQL the schema's "
+        "tables and indexes (migrations, each applied once, in order; --print-sql shows them), "
+        "on RabbitMQ the exchange, the queue, its dead-letter and retry queues. Run it once per "
+        "database or queue, and again after an upgrade of jobq; running it twice changes "
+        "nothing."))
     common_options(init)
     init.add_argument("--print-sql", action="store_true", help="print the migrations, run none")
-    stats = sub.add_parser("stats", help="queue depth by state, and whether it is paused")
+    stats = sub.add_parser("stats", help="queue depth by state, and whether it is paused",
+                           description="The queue's jobs by state as its backend counts them, "
+                                       "the longest wait of a job that is due, and whether the "
+                                       "queue is paused.")
     common_options(stats)
-    stats.add_argument("--json", action="store_true")
+    stats.add_argument("--json", action="store_true", help=JSON)
     for name, text in PAUSE_HELP.items():
         common_options(sub.add_parser(name, help=text[0], description=text[1]))
 
 
 def _dead_parser(sub: Any) -> None:
     """jobq dead."""
-    dead = sub.add_parser("dead", help="dead-letter management")
+    dead = sub.add_parser("dead", help="dead-letter management", description=(
+        "The queue's dead jobs (attempts used up, or failed with PermanentError): list them "
+        "with their last error, requeue them with a fresh set of attempts, or purge them. "
+        "Name them with --id, --kind or --all."))
     common_options(dead)
-    dead.add_argument("action", choices=("list", "requeue", "purge"))
+    dead.add_argument("action", choices=("list", "requeue", "purge"),
+                      help="list the dead jobs, requeue them (a fresh set of attempts), or "
+                           "purge them (deleted)")
     dead.add_argument("--id", action="append", dest="ids",
                       help="a job id (repeatable; on RabbitMQ the message_id, any text)")
     dead.add_argument("--kind", dest="dead_kind", help="every dead job of this kind")
     dead.add_argument("--all", action="store_true", help="every dead job of the queue")
-    dead.add_argument("--limit", type=int, default=100)
-    dead.add_argument("--json", action="store_true")
+    dead.add_argument("--limit", type=int, default=100, help="list: at most this many (default 100)")
+    dead.add_argument("--json", action="store_true", help=JSON)
 
 
 def _board_parser(sub: Any) -> None:
@@ -127,7 +147,7 @@ def _board_parser(sub: Any) -> None:
     board.add_argument("--metrics", action="append", metavar="URL",
                        help="a consumer's /metrics URL (repeatable): the pages chart each "
                             "queue's jobs done per second from them (default dashboard.metrics)")
-    board.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    board.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help=LOG_LEVEL)
 
 
 def _move_parser(sub: Any) -> None:
@@ -147,8 +167,10 @@ def _move_parser(sub: Any) -> None:
                     "RabbitMQ as the source: its consumers must be stopped (refused otherwise), "
                     "and --kind applies to dead jobs only.")
     common_options(move)
-    move.add_argument("--from", dest="source", required=True, choices=("postgres", "rabbitmq"))
-    move.add_argument("--to", dest="target", required=True, choices=("postgres", "rabbitmq"))
+    move.add_argument("--from", dest="source", required=True, choices=("postgres", "rabbitmq"),
+                      help="the backend the jobs leave")
+    move.add_argument("--to", dest="target", required=True, choices=("postgres", "rabbitmq"),
+                      help="the backend they go to")
     move.add_argument("--state", choices=("pending", "dead"), default="pending",
                       help="which jobs (default pending: due and delayed; never running ones)")
     move.add_argument("--kind", dest="move_kind", help="only jobs of this kind")
@@ -208,7 +230,7 @@ def _schedules_parser(sub: Any) -> None:
         description="List the config's schedules: what each enqueues, the last tick fired (as "
                     "the backend records it) and the next run. Consumers fire the ticks.")
     common_options(schedules)
-    schedules.add_argument("--json", action="store_true")
+    schedules.add_argument("--json", action="store_true", help=JSON)
 
 
 JOBS_HELP = (
@@ -242,11 +264,13 @@ def _jobs_parser(sub: Any) -> None:
                                  "job in a state the action does not apply to (nothing changed); "
                                  "3 server unreachable.")
     common_options(jobs)
-    jobs.add_argument("action", choices=("show", "list", "cancel", "retry"))
+    jobs.add_argument("action", choices=("show", "list", "cancel", "retry"),
+                      help="show one job, list jobs in a state, cancel one (it never runs, or "
+                           "is stopped), retry one now (a dead or delayed job)")
     jobs.add_argument("id", nargs="?", help="the job's id (show, cancel, retry; on RabbitMQ the "
                                             "message_id)")
     jobs.add_argument("--state", choices=JOB_STATES, default="pending",
                       help="list: jobs in this state (default pending)")
     jobs.add_argument("--kind", dest="job_kind", help="list: only jobs of this kind")
     jobs.add_argument("--limit", type=int, default=100, help="list: at most this many (default 100)")
-    jobs.add_argument("--json", action="store_true")
+    jobs.add_argument("--json", action="store_true", help=JSON)

@@ -31,11 +31,20 @@ from jobq.wiring.lean import import_container_without_fastapi
 # (consumer_main's first line), and these imports are most of a command's start-up time.
 
 
+MAX_ATTEMPTS = "runs before a failing job is dead (default: retry.max_attempts, 5)"
+
+
 def consumer_parser(prog: str = "consumer") -> argparse.ArgumentParser:
     """The ``consumer`` argument parser (also used to validate the compose commands)."""
-    p = argparse.ArgumentParser(prog=prog, description="Run a jobq worker pool.")
+    p = argparse.ArgumentParser(prog=prog, description=(
+        "Run a jobq worker pool: take the queue's jobs as workers come free, run each with the "
+        "processor (or the app's task for its kind), and settle it: done, retried with backoff, "
+        "or dead. Runs until SIGTERM (running jobs finish within --shutdown-timeout; the ones "
+        "not started go back to the queue), or with --once until nothing is due. Settings come "
+        "from --config, then JOBQ_<SECTION>__<KEY> variables, then these options."))
     common_options(p)
-    p.add_argument("--concurrency", "-n", type=int)
+    p.add_argument("--concurrency", "-n", type=int,
+                   help="jobs run at once (default: consumer.concurrency, 32)")
     p.add_argument("--queues", type=values.queue_shares, metavar="QUEUE=N,...",
                    help="serve several queues, each with its own concurrency: mail=4,default=8 "
                         "(instead of --queue and --concurrency)")
@@ -45,9 +54,13 @@ def consumer_parser(prog: str = "consumer") -> argparse.ArgumentParser:
                    help="argument for the processor factory (repeatable)")
     p.add_argument("--once", action="store_true", help="run what is due, then exit (1 on failures)")
     p.add_argument("--claim", choices=("lease", "transaction"), help="Postgres claim mode")
-    p.add_argument("--job-timeout", type=float)
-    p.add_argument("--shutdown-timeout", type=float)
-    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--job-timeout", type=float,
+                   help="seconds a job may run before it is interrupted and retried "
+                        "(default: consumer.job_timeout, 300)")
+    p.add_argument("--shutdown-timeout", type=float,
+                   help="seconds running jobs get to finish after SIGTERM "
+                        "(default: consumer.shutdown_timeout, 30)")
+    p.add_argument("--max-attempts", type=int, help=MAX_ATTEMPTS)
     p.add_argument("--metrics-port", type=int, help="serve /metrics on this port")
     p.add_argument("--stats-json", help="write the run's counts and rate to this file")
     return p
@@ -55,16 +68,19 @@ def consumer_parser(prog: str = "consumer") -> argparse.ArgumentParser:
 
 def producer_parser(prog: str = "producer") -> argparse.ArgumentParser:
     """The ``producer`` argument parser."""
-    p = argparse.ArgumentParser(prog=prog, description="Enqueue generated jobs.")
+    p = argparse.ArgumentParser(prog=prog, description=(
+        "Enqueue generated jobs ({\"n\": i} payloads, padded with --payload-size): to try a "
+        "queue, to load it, and for the benchmark. Your application enqueues with the Python "
+        "API (docs/how-to/enqueue.md)."))
     common_options(p)
-    p.add_argument("--count", "-n", type=int, required=True)
+    p.add_argument("--count", "-n", type=int, required=True, help="how many jobs")
     p.add_argument("--payload-size", type=int, default=0, help="padding bytes per payload")
     p.add_argument("--rate", type=float, default=0.0,
                    help="jobs/s, open loop: each job sent when due, confirms awaited meanwhile "
                         "(0: batches of --batch as fast as they are confirmed)")
-    p.add_argument("--kind", default="demo")
+    p.add_argument("--kind", default="demo", help="the jobs' kind (default demo)")
     p.add_argument("--batch", type=int, default=1000, help="jobs per enqueue call at most")
-    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--max-attempts", type=int, help=MAX_ATTEMPTS)
     due = p.add_mutually_exclusive_group()
     due.add_argument("--delay", type=values.delay, default=0.0,
                      help="seconds before the jobs are due (e.g. 0.3, 90)")
