@@ -15,7 +15,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: docs test test-services test-step1 test-django test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue bench-quick
+.PHONY: docs test test-services test-step1 test-django unit-core unit-tools test-beside test-broker test-under-load test-serial test-postgres demo stack lint unit install clean chaos chaos-steady cluster bench-enqueue bench-quick
 
 # uv installs in seconds what pip takes most of a minute for (a third of a fresh clone's CI
 # budget); pip does it where uv cannot be had. Compiled to bytecode as pip does: this machine
@@ -38,11 +38,12 @@ lint: $(STAMP)
 # The tests in two steps. (1) `test-services`: the integration and contract tests that use
 # RabbitMQ, on WORKERS processes (every test has its own schema or queues; most of a test's time
 # is spent waiting for a server or a consumer, so more workers than cores; one test at a time to
-# each, the longest, marked `slow`, first). (2) `test-beside`: what restarts or crashes the
+# each, the longest, marked `slow`, first), with beside them the Django project's tests and the
+# unit tests that need no installed tool. (2) `test-beside`: what restarts or crashes the
 # broker (the `serial` mark) alone on RabbitMQ, then the tests of the stack and the dashboard's
 # browser (TOOLS: they need docker-compose, prometheus and chromium, which .ci/run installs
 # during step 1); beside them what does not use RabbitMQ: the PostgreSQL-only tests (PG_ONLY),
-# the lint and the unit tests. The bytecode is compiled first: this machine sets
+# the lint, the docs build and the unit tests that need tools. The bytecode is compiled first: this machine sets
 # PYTHONDONTWRITEBYTECODE, and every CLI a test starts would compile jobq again. Four workers,
 # not more: six took more connections than PostgreSQL's max_connections (100).
 WORKERS ?= 4
@@ -52,13 +53,13 @@ PG_ONLY := tests/integration/test_pg_*.py tests/integration/test_postgres*.py ex
 TOOLS   := tests/integration/test_dashboard_browser.py tests/integration/test_stack_native.py
 STEP1   := -n $(WORKERS) $(SPREAD) -m "not serial" $(addprefix --ignore-glob=,$(PG_ONLY) $(TOOLS)) \
            tests/integration tests/contract
-BESIDE  := test-broker test-postgres lint unit docs
+BESIDE  := test-broker test-postgres lint unit-tools docs
 test: test-services
 	$(MAKE) --no-print-directory test-beside
 
 test-services: $(STAMP)
 	$(PY) -m compileall -q src tests
-	$(MAKE) --no-print-directory -j2 -O test-step1 test-django
+	$(MAKE) --no-print-directory -j3 -O test-step1 test-django unit-core
 
 test-step1: $(STAMP)
 	$(PYTEST) $(STEP1)
@@ -82,8 +83,7 @@ test-broker: test-serial
 	$(PYTEST) -n 2 $(TOOLS)
 
 test-under-load: $(STAMP)
-	$(PY) -m compileall -q src tests
-	tools/under_load.sh $(PYTEST) $(STEP1)
+	tools/under_load.sh $(MAKE) --no-print-directory test-services
 	tools/under_load.sh $(MAKE) --no-print-directory test-beside
 
 # KEDA's CRD schemas for tests/unit/test_kubernetes.py (npm, pinned by package-lock.json).
@@ -91,9 +91,18 @@ tests/keda/node_modules: tests/keda/package.json tests/keda/package-lock.json
 	npm ci --prefix tests/keda --silent --no-audit --no-fund
 	touch $@
 
-# examples/shop's own tests (jobq.testing, no server) run with the unit tests.
-unit: $(STAMP) tests/keda/node_modules
-	$(PYTEST) tests/unit examples/shop
+# examples/shop's own tests (jobq.testing, no server) run with the unit tests. Those that need
+# no tool .ci/run installs (unit-core) run beside step 1, which leaves a core free most of the
+# time (its tests wait on servers and consumers); the others (unit-tools: docker-compose,
+# promtool, node) in step 2.
+UNIT_TOOLS := tests/unit/test_stack_files.py tests/unit/test_kubernetes.py
+unit: unit-core unit-tools
+
+unit-core: $(STAMP)
+	$(PYTEST) tests/unit examples/shop $(addprefix --ignore=,$(UNIT_TOOLS))
+
+unit-tools: $(STAMP) tests/keda/node_modules
+	$(PYTEST) $(UNIT_TOOLS)
 
 # The documentation site (mkdocs.yml), built strict: a broken link, a page left out of the
 # nav or an API name that no longer resolves fails it. `mkdocs serve` to read it locally.
