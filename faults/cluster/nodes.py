@@ -64,9 +64,13 @@ def chown_tree(path: Path, user: str) -> None:
 class RabbitCluster:
     """Three RabbitMQ nodes joined into one cluster; ``stop`` leaves nothing behind."""
 
-    def __init__(self, first_port: int = 5781, size: int = 3) -> None:
+    def __init__(self, first_port: int = 5781, size: int = 3, *, prefix: str = "jobqc",
+                 plugins: tuple[str, ...] = (), conf: tuple[str, ...] = ()) -> None:
+        """``size`` nodes named ``<prefix><i>@localhost``; ``plugins`` enabled on each, and
+        ``conf``'s lines added to each one's rabbitmq.conf (``{i}``: the node's index)."""
         self.dir = Path(tempfile.mkdtemp(prefix="jobq-cluster-rmq-"))
-        self.nodes = [Node(i, f"jobqc{i}@localhost", first_port + i - 1,
+        self._plugins, self._conf = plugins, conf
+        self.nodes = [Node(i, f"{prefix}{i}@localhost", first_port + i - 1,
                            first_port + 20000 + i - 1, self.dir / f"n{i}")
                       for i in range(1, size + 1)]
         self.down: set[str] = set()  # nodes the harness killed
@@ -105,8 +109,8 @@ class RabbitCluster:
         (node.base / "rabbitmq.conf").write_text(
             f"listeners.tcp.local = 127.0.0.1:{node.port}\n"
             # Quick failure detection between nodes (the default tick is 60 s).
-            "net_ticktime = 10\n")
-        (node.base / "enabled_plugins").write_text("[].\n")
+            "net_ticktime = 10\n" + "".join(f"{line.format(i=node.index)}\n" for line in self._conf))
+        (node.base / "enabled_plugins").write_text(f"[{','.join(self._plugins)}].\n")
         chown_tree(self.dir, USER)
         env = {"HOME": HOME, "RABBITMQ_CONF_ENV_FILE": str(node.base / "env.conf"),
                "RABBITMQ_NODENAME": node.name, "RABBITMQ_NODE_PORT": str(node.port),

@@ -22,7 +22,8 @@ from jobq.config import Settings, load_settings
 from jobq.core.attempts import AttemptError
 from jobq.core.port import Admin, NewJob, Publisher, Transport
 from jobq.transports.memory import MemoryPublisher, MemoryStore, MemoryTransport
-from jobq.wiring.container import get_admin, get_publisher, get_transport, pool_drain_timeout
+from jobq.wiring.container import get_admin, get_publisher, get_transport
+from jobq.wiring.derived import pool_drain_timeout
 from tests.conftest import AMQP_URL, PG_DSN
 from tests.contract.backends import drop_topology, publish_raw
 

@@ -1,6 +1,8 @@
 """The dashboard in a real browser: Debian's headless Chromium, driven by Selenium through its
 chromedriver, on each backend: open the page, find the queue, see a dead job and its error
-(its ``<script>`` payload shown as text, never run), log in, requeue it, see it done.
+(its ``<script>`` payload shown as text, never run), log in, requeue it, see it done; and the
+overview listing every queue it finds on both backends (RabbitMQ's through the management API,
+on a node of the test's own with the plugin: the machine's broker has none), pausing a found one.
 
 The screenshots go to the test's directory, and to $JOBQ_SCREENSHOTS when it is set (the
 README's and docs/dashboard.md's come from ``JOBQ_SCREENSHOTS=docs/img pytest ...``).
@@ -9,12 +11,15 @@ README's and docs/dashboard.md's come from ``JOBQ_SCREENSHOTS=docs/img pytest ..
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import aio_pika
 import pytest
 from psycopg import sql
 from selenium import webdriver
@@ -24,7 +29,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests.conftest import PG_DSN, fetch, jobs_table, need_tool, schema_env
+from faults.cluster.nodes import RabbitCluster
+from tests.conftest import PG_DSN, fetch, jobs_table, need_tool, schema_env, wait_until
 from tests.contract.backends import Backend, publish_raw
 from tests.integration.test_dashboard import SCRIPT, TOKEN, Dashboard
 
@@ -120,3 +126,85 @@ def test_find_a_dead_job_see_its_error_requeue_it_see_it_done(
     finally:
         dashboard.stop()
         rabbit.cleanup()
+
+
+API_PORT = 15796  # the management API of the test's own node (AMQP on 5796)
+
+
+@pytest.fixture(scope="module")
+def managed_broker() -> Iterator[str]:
+    """A RabbitMQ node of the test's own with the management plugin: its AMQP URL."""
+    need_tool("rabbitmq-server", "rabbitmq-server")
+    node = RabbitCluster(first_port=5796, size=1, prefix="jobqdash",
+                         plugins=("rabbitmq_management",),
+                         conf=("management.tcp.ip = 127.0.0.1", f"management.tcp.port = {API_PORT}"))
+    try:
+        node.start()
+        assert wait_until(api_answers, 60), "the management API of the test's node never answered"
+        yield node.nodes[0].url
+    finally:
+        node.stop()
+
+
+def api_answers() -> bool:
+    request = urllib.request.Request(f"http://127.0.0.1:{API_PORT}/api/overview", headers={
+        "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            return int(answer.status) == 200
+    except OSError:
+        return False
+
+
+async def declare_plain(url: str, name: str) -> None:
+    """A queue of another application on the broker: bound to jobq's exchange, yet not jobq's."""
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, durable=True)
+        await queue.bind("jobq", routing_key=name)
+
+
+@pytest.mark.slow
+def test_the_overview_lists_every_queue_of_both_backends_and_pauses_a_found_one(
+        browser: WebDriver, schema: str, queue_name: str, managed_broker: str,
+        tmp_path: Path) -> None:
+    found = f"{queue_name}-found"
+    env = schema_env(schema, JOBQ_DASHBOARD__TOKEN=TOKEN, JOBQ_RABBITMQ__URL=managed_broker,
+                     JOBQ_DASHBOARD__RABBITMQ_API=f"http://127.0.0.1:{API_PORT}/")
+    for queue, jobs in ((queue_name, 3), (found, 2)):
+        Backend("postgres", queue, dict(env), schema=schema).produce(jobs)
+        rabbit = Backend("rabbitmq", queue, dict(env))
+        assert rabbit.run("jobq", "init").returncode == 0
+        rabbit.produce(jobs)
+    asyncio.run(declare_plain(managed_broker, f"{queue_name}-not-jobq"))
+    dashboard = Dashboard(queue_name, env)  # configured: queue_name on each backend
+    base = f"http://127.0.0.1:{dashboard.port}"
+    try:
+        browser.get(base + "/")
+        rows = {(r.find_elements(By.TAG_NAME, "td")[0].text,
+                 r.find_elements(By.TAG_NAME, "td")[1].text.split(" ")[0]):
+                r.find_elements(By.TAG_NAME, "td")[2].text
+                for r in browser.find_elements(By.XPATH, "//tr[td]")}
+        shot(browser, tmp_path, "every-queue")
+        assert set(rows) == {(q, t) for q in (queue_name, found) for t in ("postgres", "rabbitmq")
+                             }, browser.page_source[:3000]
+        assert rows[(found, "postgres")].startswith("pending 2"), rows
+        assert rows[(found, "rabbitmq")].startswith("ready 2"), rows
+        assert not browser.find_elements(By.CSS_SELECTOR, ".banner"), browser.page_source[:3000]
+
+        browser.get(base + "/login")
+        browser.find_element(By.NAME, "token").send_keys(TOKEN)
+        browser.find_element(By.TAG_NAME, "form").submit()
+        WebDriverWait(browser, 20).until(expected_conditions.url_to_be(base + "/"))
+        row = browser.find_element(By.XPATH, f"//tr[td[1]/a[text()='{found}'] and "
+                                             "td[2][starts-with(text(), 'rabbitmq')]]")
+        row.find_element(By.TAG_NAME, "a").click()
+        browser.find_element(By.XPATH, "//button[text()='pause']").click()
+        banner = WebDriverWait(browser, 20).until(
+            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".banner")))
+        assert "queue paused" in banner.text, banner.text
+        assert Backend("rabbitmq", found, dict(env)).look("stats")["paused"] is True
+        assert Backend("rabbitmq", queue_name, dict(env)).look("stats")["paused"] is False
+    finally:
+        dashboard.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -29,7 +30,7 @@ from jobq.wiring.container import (
     get_publisher,
     get_ticks,
 )
-from jobq.wiring.derived import schema_sql, server_address
+from jobq.wiring.derived import backend_home, schema_sql, server_address
 from jobq.wiring.feeding import moving, relaying
 from jobq.worker.pausing import render_change, render_state
 
@@ -75,23 +76,33 @@ async def dashboard(configs: list[Settings], *, host: str, port: int, read_only:
     import uvicorn
 
     from jobq.dashboard.app import build
+    from jobq.dashboard.discovery import Discovery
     from jobq.dashboard.security import Guard
     from jobq.dashboard.sources import Source, Throughput, sampling
 
-    sources = [Source(name=f"{s.transport}/{s.queue}", transport=s.transport, queue=s.queue,
-                      address=server_address(s), opener=functools.partial(admin_of, s))
-               for s in configs]
+    def source(s: Settings) -> Source:
+        return Source(name=f"{s.transport}/{s.queue}", transport=s.transport, queue=s.queue,
+                      address=server_address(s), opener=functools.partial(admin_of, s),
+                      home=backend_home(s))
+
+    sources = [source(s) for s in configs]
+    settings_of = {id(src): s for src, s in zip(sources, configs, strict=True)}
+    # A queue found on a configured one's backend: that config, for the other queue.
+    discovery = Discovery(sources, lambda asked, queue: source(
+        dataclasses.replace(settings_of[id(asked)], queue=queue)))
+    await discovery.find()
     first = configs[0].dashboard  # the token, the charts: the first config's dashboard section
     guard = Guard(first.token, read_only=read_only or any(c.dashboard.read_only for c in configs))
     urls = metrics or first.metrics
     hosts = [*first.allowed_hosts, *([] if host in ("0.0.0.0", "::", "") else [host])]
-    app = build(sources, guard, throughput=bool(urls), hosts=hosts)
+    app = build(sources, guard, throughput=bool(urls), hosts=hosts, discovery=discovery)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            lifespan="off"))
     log.info("dashboard on http://%s:%d/ for %s%s", host, port,
              ", ".join(s.name for s in sources), " (read-only)" if guard.read_only else "")
     try:
-        async with sampling(sources, first.sample_interval, Throughput(urls) if urls else None):
+        async with sampling(sources, first.sample_interval, Throughput(urls) if urls else None,
+                            find=discovery.find):
             await server.serve()
     finally:
         for src in sources:

@@ -63,7 +63,8 @@ def _processor_entry(kind: Any, entry: Any) -> bool:
 
 # Values that hold a password or a token: never shown in an error, never parsed from the
 # environment as anything but text.
-SECRETS = frozenset({"postgres.dsn", "rabbitmq.url", "rabbitmq.urls", "dashboard.token"})
+SECRETS = frozenset({"postgres.dsn", "rabbitmq.url", "rabbitmq.urls", "dashboard.token",
+                     "dashboard.rabbitmq_api"})
 LISTS = frozenset({"rabbitmq.urls"})  # secrets given as a YAML list: parsed, still never shown
 
 # Checks beyond the type: key -> (predicate, what a good value is).
@@ -115,6 +116,8 @@ RULES: dict[str, tuple[Any, str]] = {
     "rabbitmq.consumer_timeout": (lambda v: v >= 0, ">= 0 (seconds; 0: the broker has none)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "metrics.depth_interval": (lambda v: v > 0, "> 0"),
+    "dashboard.rabbitmq_api": (lambda v: v == "" or v.startswith(("http://", "https://")),
+                               "an http(s):// URL (empty: derived from rabbitmq.url)"),
     "dashboard.port": (lambda v: 0 <= v <= 65535, "a TCP port"),
     "dashboard.sample_interval": (lambda v: v > 0, "> 0"),
     "dashboard.metrics": (lambda v: all(isinstance(u, str) and u.startswith(("http://", "https://"))

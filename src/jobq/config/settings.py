@@ -222,6 +222,9 @@ class DashboardConfig:
     # transport and queue). Empty: the chart shows the waiting jobs only.
     metrics: list[str] = field(default_factory=list)
     sample_interval: float = 5.0  # seconds between the chart's samples
+    # RabbitMQ's management API, where the dashboard lists the broker's jobq queues (AMQP
+    # cannot list queues). Empty: http://<rabbitmq.url's host>:15672/ as rabbitmq.url's user.
+    rabbitmq_api: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)

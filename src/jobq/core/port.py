@@ -232,6 +232,10 @@ class Inspect(Protocol):
         ones in the order they will run, finished ones newest first. ConfigError (key
         ``--state``) for a state the backend cannot list (RabbitMQ: all but dead)."""
 
+    async def queues(self) -> list[str]:
+        """Every jobq queue this backend holds (this one among them once set up), sorted: the
+        dashboard lists them all. TransportError when the backend cannot say."""
+
 
 class Control(Protocol):
     """What an operator does to one queue: pause and resume it, prune it, cancel or retry a job."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from starlette.routing import Route
 
 from jobq.core.errors import ConfigError
 from jobq.core.port import JOB_STATES, Admin
+from jobq.dashboard.discovery import Discovery
 from jobq.dashboard.security import COOKIE, Guard
 from jobq.dashboard.sources import Source, SourceDown, points
 
@@ -34,11 +36,12 @@ _TEMPLATES.filters["q"] = lambda value: quote(str(value), safe="")
 
 
 def build(sources: list[Source], guard: Guard, throughput: bool = False,
-          hosts: list[str] | None = None) -> Starlette:
+          hosts: list[str] | None = None, discovery: Discovery | None = None) -> Starlette:
     """The app: ``/``, ``/queues/{n}``, ``/queues/{n}/jobs/{id}``, ``/login``, actions;
     ``throughput``: the consumers' metrics are read, so the pages chart jobs done per second;
-    ``hosts``: the Host names it answers to (any other is refused: DNS rebinding)."""
-    pages = Pages(sources, guard, throughput)
+    ``hosts``: the Host names it answers to (any other is refused: DNS rebinding);
+    ``discovery``: the overview lists every queue it finds on the backends too."""
+    pages = Pages(sources, guard, throughput, discovery)
     guarded = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)] if hosts else []
     return Starlette(middleware=guarded, routes=[
         Route("/", pages.overview),
@@ -53,10 +56,12 @@ def build(sources: list[Source], guard: Guard, throughput: bool = False,
 class Pages:
     """Each route's handler; every backend call goes through its ``Source``."""
 
-    def __init__(self, sources: list[Source], guard: Guard, throughput: bool = False) -> None:
+    def __init__(self, sources: list[Source], guard: Guard, throughput: bool = False,
+                 discovery: Discovery | None = None) -> None:
         self._sources = sources
         self._guard = guard
         self._throughput = throughput
+        self._discovery = discovery
 
     def _page(self, request: Request, template: str, status: int = 200,
               **values: Any) -> Response:
@@ -80,18 +85,23 @@ class Pages:
         return index, self._sources[index]
 
     async def overview(self, request: Request) -> Response:
-        """Every queue: depth by state, oldest waiting, paused, the chart; banners for the down."""
-        rows = []
-        for n, src in enumerate(self._sources):
-            row: dict[str, Any] = {"n": n, "source": src, "waiting": points(src.history),
-                                   "rate": self._rate(src)}
-            try:
-                row["depth"] = await src.call(lambda a: a.depth())
-                row["paused"] = await src.call(lambda a: a.pause_state())
-            except SourceDown as exc:
-                row["down"] = str(exc)
-            rows.append(row)
-        return self._page(request, "index.html", rows=rows)
+        """Every queue, configured or found: depth by state, oldest waiting, paused, the
+        charts; banners for a backend down or one that could not list its queues."""
+        if self._discovery is not None:
+            await self._discovery.find()
+        rows = await asyncio.gather(*(self._row(n, src) for n, src in enumerate(self._sources)))
+        problems = self._discovery.problems if self._discovery is not None else {}
+        return self._page(request, "index.html", rows=rows, problems=problems)
+
+    async def _row(self, n: int, src: Source) -> dict[str, Any]:
+        row: dict[str, Any] = {"n": n, "source": src, "waiting": points(src.history),
+                               "rate": self._rate(src)}
+        try:
+            row["depth"] = await src.call(lambda a: a.depth())
+            row["paused"] = await src.call(lambda a: a.pause_state())
+        except SourceDown as exc:
+            row["down"] = str(exc)
+        return row
 
     async def queue(self, request: Request) -> Response:
         """One queue: depth, pause, the chart, its jobs in one state (of one kind)."""

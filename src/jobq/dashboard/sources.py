@@ -42,6 +42,7 @@ class Source:
     queue: str
     address: str  # where its server is, for the banner
     opener: Opener
+    home: str = ""  # its backend (server and schema or vhost, no password): queues found there
     history: collections.deque[tuple[float, int]] = field(
         default_factory=lambda: collections.deque(maxlen=SAMPLES))
     # Jobs done per second, from the consumers' metrics (Throughput), when configured.
@@ -195,11 +196,15 @@ class Throughput:
 
 @contextlib.asynccontextmanager
 async def sampling(sources: list[Source], every: float = SAMPLE_EVERY,
-                   throughput: Throughput | None = None) -> AsyncIterator[None]:
-    """Sample every source's depth (and, with ``throughput``, its rate) every ``every`` s."""
+                   throughput: Throughput | None = None,
+                   find: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[None]:
+    """Sample every source's depth (and, with ``throughput``, its rate) every ``every`` s;
+    ``find`` first each time (the queues found since join ``sources``)."""
     async def loop() -> None:
         while True:
             try:
+                if find is not None:
+                    await find()
                 await asyncio.gather(*(s.sample() for s in sources),
                                      *([throughput.sample(sources)] if throughput else []))
             except Exception as exc:  # the chart misses a sample; the sampling goes on

@@ -37,6 +37,7 @@ from jobq.wiring.derived import (
     pg_pool_size,
     pool_buffer,
     pool_buffer_max,
+    pool_drain_timeout,
     rmq_prefetch,
 )
 from jobq.wiring.handling import app_middleware, handler, retry_policy, serving
@@ -63,15 +64,6 @@ if TYPE_CHECKING:
     from jobq.transports.rabbitmq.ticks import RabbitTicks
 
 T = TypeVar("T")
-
-
-def pool_drain_timeout(settings: Settings) -> float:
-    """How long an idle --once pool's empty receive waits before "nothing left" is believed:
-    a claim's empty answer is the truth; a RabbitMQ consumer waits for deliveries in flight."""
-    if settings.transport != "rabbitmq":
-        return 0.0
-    from jobq.transports.rabbitmq.consumer import DRAIN_TIMEOUT
-    return DRAIN_TIMEOUT
 
 
 async def pg_pool(settings: Settings, logger: logging.Logger) -> AsyncIterator[Any]:
@@ -188,7 +180,8 @@ class Container(containers.DeclarativeContainer):
                                      pruner=pg_pruner),
         rabbitmq=providers.Singleton(lazy("jobq.transports.rabbitmq.admin:RabbitAdmin"),
                                      link=rmq_link, settings=cfg.rabbitmq, queue=cfg.queue,
-                                     max_pending=cfg.limits.max_pending),
+                                     max_pending=cfg.limits.max_pending,
+                                     rabbitmq_api=cfg.dashboard.rabbitmq_api),
     )
 
     # Schedules on RabbitMQ get a connection of their own: the lock (an exclusive queue) is

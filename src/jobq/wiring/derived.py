@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from jobq.config import Settings
+from jobq.config.redaction import redact
 from jobq.core.errors import ConfigError
 from jobq.worker.sizing import CEILING as BUFFER_CEILING
 
@@ -70,6 +71,15 @@ def rmq_prefetch(settings: Settings) -> int:
                                           + settings.consumer.buffer_size)
 
 
+def pool_drain_timeout(settings: Settings) -> float:
+    """How long an idle --once pool's empty receive waits before "nothing left" is believed:
+    a claim's empty answer is the truth; a RabbitMQ consumer waits for deliveries in flight."""
+    if settings.transport != "rabbitmq":
+        return 0.0
+    from jobq.transports.rabbitmq.consumer import DRAIN_TIMEOUT
+    return DRAIN_TIMEOUT
+
+
 def metric_kinds(settings: Settings) -> list[str]:
     """The kinds with series of their own: ``metrics.kinds``, else ``consumer.processors``'."""
     return list(settings.metrics.kinds or settings.consumer.processors)
@@ -84,6 +94,15 @@ def server_address(settings: Settings) -> str:
     from jobq.transports.rabbitmq.connect import server_address as amqp_address
 
     return ", ".join(amqp_address(url) for url in settings.rabbitmq.urls or [settings.rabbitmq.url])
+
+
+def backend_home(settings: Settings) -> str:
+    """Which backend a queue lives on, password hidden: the server, database and schema, or
+    the nodes, vhost and exchange (the dashboard asks each once for its queues)."""
+    if settings.transport == "postgres":
+        return f"{settings.postgres.safe_dsn}#{settings.postgres.schema}"
+    nodes = ",".join(redact(url) for url in settings.rabbitmq.urls or [settings.rabbitmq.url])
+    return f"{nodes}#{settings.rabbitmq.exchange}"
 
 
 def schema_sql(settings: Settings) -> str:

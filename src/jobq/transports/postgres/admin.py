@@ -213,6 +213,10 @@ class PostgresAdmin:
                        if status == "pending" and age is not None), None)
         return Depth(depth=counts, oldest_pending_seconds=oldest)
 
+    async def queues(self) -> list[str]:
+        """Every queue of the schema's table: with a job in it, or ever paused (at most 500)."""
+        return [name for (name,) in await self._look("queue_names", {})]
+
     async def pause(self) -> PauseState:
         """Mark the queue paused from now; one already paused keeps its time."""
         rows = await self._queues("pause", needed=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,87 +18,25 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobq.config import RabbitConfig
-from jobq.core import attempts
 from jobq.core.errors import ConfigError, NoSuchJob, TransportError
 from jobq.core.port import JOB_STATES, DeadJob, Depth, JobInfo, PauseState
-from jobq.transports.common import shown_payload
 from jobq.transports.rabbitmq import frames
-from jobq.transports.rabbitmq.codec import (
-    ATTEMPT,
-    ATTEMPTS_USED,
-    DEAD_AT,
-    ERROR,
-    MAX_ATTEMPTS,
-    as_text,
-    republish,
-)
+from jobq.transports.rabbitmq.codec import ATTEMPT, ERROR, republish
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
+from jobq.transports.rabbitmq.dead_rows import DEAD_HEADERS, as_info, dead_at, dead_row
+from jobq.transports.rabbitmq.management import Management
 from jobq.transports.rabbitmq.pause import PauseFlag
 from jobq.transports.rabbitmq.refusals import not_declared
 from jobq.transports.rabbitmq.tombstones import Tombstones
 from jobq.transports.rabbitmq.topology import Topology
-
-_DEAD_HEADERS = (ERROR, ATTEMPTS_USED, DEAD_AT)
-
-
-def dead_row(message: AbstractIncomingMessage) -> DeadJob:
-    """A dead message as the same row `jobq dead list` shows for Postgres."""
-    headers = message.headers or {}
-    death = _first_death(headers)
-    error = headers.get(ERROR)
-    if error is None and death:  # dead-lettered by the broker itself (x-delivery-limit, ...)
-        error = (f"dead-lettered by RabbitMQ: {as_text(death.get('reason'))} "
-                 f"from {as_text(death.get('queue'))}")
-    finished = headers.get(DEAD_AT, death.get("time"))
-    return DeadJob(
-        id=message.message_id, kind=message.type,
-        attempts=_count(headers.get(ATTEMPTS_USED, headers.get(ATTEMPT))),
-        max_attempts=_count(headers.get(MAX_ATTEMPTS)),
-        last_error=None if error is None else as_text(error),
-        finished_at=finished if finished is None or isinstance(finished, datetime | str)
-        else as_text(finished), payload=shown_payload(message.body),
-        errors=tuple(attempts.history(headers.get(attempts.HEADER))))
-
-
-def _as_info(dead: DeadJob) -> JobInfo:
-    return JobInfo(id=dead.id, kind=dead.kind, state="dead", payload=dead.payload,
-                   attempts=dead.attempts, max_attempts=dead.max_attempts,
-                   last_error=dead.last_error, finished_at=dead.finished_at, errors=dead.errors)
-
-
-def dead_at(message: AbstractIncomingMessage) -> datetime | None:
-    """When a dead letter died: jobq's ``x-jobq-dead-at`` (ISO text), else the broker's
-    ``x-death`` time; None when neither says (a letter of unknown age, never pruned)."""
-    headers = message.headers or {}
-    at = headers.get(DEAD_AT, _first_death(headers).get("time"))
-    if isinstance(at, bytes):
-        at = as_text(at)
-    if isinstance(at, str):
-        try:
-            at = datetime.fromisoformat(at)
-        except ValueError:
-            return None
-    if not isinstance(at, datetime):
-        return None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # AMQP timestamps are UTC
-
-
-def _first_death(headers: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The broker's latest dead-lettering of a message (``x-death``'s first entry), or {}."""
-    deaths = headers.get("x-death")
-    return deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
-
-
-def _count(value: object) -> int | None:
-    # jobq writes these headers as ints; another client's value of another type is not a count.
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RabbitAdmin:
     """Topology, dead letters and stats for one queue."""
 
     def __init__(self, link: RabbitLink, settings: RabbitConfig, *, queue: str,
-                 max_pending: int = 0, logger: logging.Logger | None = None) -> None:
+                 max_pending: int = 0, logger: logging.Logger | None = None,
+                 rabbitmq_api: str = "") -> None:
         frames.install()  # a dead message pamqp cannot decode must not close the connection
         self._link = link
         self._log = logger or logging.getLogger("jobq.rabbitmq")
@@ -106,6 +44,7 @@ class RabbitAdmin:
         self._topology = Topology.configured(settings, queue, max_pending)
         self._flag = PauseFlag(link, self._topology)
         self._tombstones = Tombstones(link, self._topology)
+        self._management = Management.configured(settings, rabbitmq_api)  # queues()
 
     async def init(self) -> str:
         """Declare the topology (idempotent); return a one-line summary of it."""
@@ -143,6 +82,10 @@ class RabbitAdmin:
         return Depth(depth={"ready": ready, "unacked": None, "dead": counts[t.dead], "retry": retry},
                      oldest_pending_seconds=None)
 
+    async def queues(self) -> list[str]:
+        """The broker's jobq queues on this exchange and vhost (the management API's list)."""
+        return await self._management.jobq_queues(self._topology.exchange)
+
     async def pause(self) -> PauseState:
         """Put the pause message in ``<q>.paused`` (confirmed) unless one is there."""
         async with self._channel(confirms=True) as channel:
@@ -174,7 +117,7 @@ class RabbitAdmin:
         find a pending or running message without taking it (docs/architecture.md)."""
         dead = await self._dead_one(job_id)
         if dead is not None:
-            return _as_info(dead)
+            return as_info(dead)
         cancelled = job_id in await self._tombstones.read()
         raise NoSuchJob(
             f"no dead job {job_id} in queue {self._queue!r}"
@@ -194,7 +137,7 @@ class RabbitAdmin:
                 f"RabbitMQ cannot list {state} jobs: a queue's messages cannot be read without "
                 "taking them from its consumers (and it keeps nothing of finished ones); "
                 "`jobq stats` gives the counts, `--state dead` lists dead jobs", key="--state")
-        rows = [_as_info(row) for row in await self.dead_list(limit if kind is None else 10**9)]
+        rows = [as_info(row) for row in await self.dead_list(limit if kind is None else 10**9)]
         return [row for row in rows if kind is None or row.kind == kind][:limit]
 
     async def cancel_job(self, job_id: str) -> str:
@@ -247,7 +190,7 @@ class RabbitAdmin:
                 error = (message.headers or {}).get(ERROR)
                 if error is not None:
                     reset["x-jobq-last-error"] = error
-                body, props = republish(message.body, message.properties, reset, drop=_DEAD_HEADERS)
+                body, props = republish(message.body, message.properties, reset, drop=DEAD_HEADERS)
                 with translated(f"rabbitmq publish to {t.queue}"):
                     await raw.basic_publish(body, exchange=t.exchange, routing_key=t.queue,
                                             properties=props, mandatory=True)

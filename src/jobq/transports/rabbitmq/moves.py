@@ -30,7 +30,6 @@ from jobq.core.errors import ConfigError
 from jobq.core.within import within
 from jobq.feeds.move import MovedJob, MoveReport, Send
 from jobq.transports.rabbitmq import frames
-from jobq.transports.rabbitmq.admin import dead_at, dead_row
 from jobq.transports.rabbitmq.codec import (
     ATTEMPT,
     ATTEMPTS_USED,
@@ -44,6 +43,7 @@ from jobq.transports.rabbitmq.codec import (
 )
 from jobq.transports.rabbitmq.codec import decode as decode_message
 from jobq.transports.rabbitmq.connect import RabbitLink, short_channel, translated
+from jobq.transports.rabbitmq.dead_rows import dead_at, dead_row
 from jobq.transports.rabbitmq.topology import Topology
 
 LAST_ERROR = "x-jobq-last-error"

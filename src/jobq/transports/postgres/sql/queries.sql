@@ -490,6 +490,34 @@ SELECT 'running', count(*), NULL FROM {jobs} WHERE queue = %(queue)s AND status 
 UNION ALL
 SELECT 'dead', count(*), NULL FROM {jobs} WHERE queue = %(queue)s AND status = 'dead';
 
+-- name: queue_names
+-- Every queue with a job in the table or a row in the queues table (the dashboard lists them).
+-- A skip scan, one index probe per queue and per state group, each on the partial index that
+-- holds that group with queue leading (pending, running, done and dead; cancelled rows have
+-- none, so a queue holding only cancelled jobs is not found): a table of millions of done
+-- jobs costs a few dozen probes, not a scan. At most 500.
+WITH RECURSIVE pending(q) AS (
+    SELECT min(queue) FROM {jobs} WHERE status = 'pending'
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {jobs} WHERE status = 'pending' AND queue > p.q)
+      FROM pending AS p WHERE p.q IS NOT NULL
+), running(q) AS (
+    SELECT min(queue) FROM {jobs} WHERE status = 'running'
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {jobs} WHERE status = 'running' AND queue > r.q)
+      FROM running AS r WHERE r.q IS NOT NULL
+), finished(q) AS (
+    SELECT min(queue) FROM {jobs} WHERE status IN ('done', 'dead')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {jobs} WHERE status IN ('done', 'dead') AND queue > f.q)
+      FROM finished AS f WHERE f.q IS NOT NULL
+)
+SELECT q FROM pending WHERE q IS NOT NULL
+UNION SELECT q FROM running WHERE q IS NOT NULL
+UNION SELECT q FROM finished WHERE q IS NOT NULL
+UNION SELECT queue FROM {queues}
+ORDER BY 1 LIMIT 500;
+
 -- name: paused
 -- Whether the queue is paused (a row with paused_at set) and since when. Every consumer asks
 -- about every second and `jobq stats` once: a primary-key probe (migration 7).
