@@ -24,11 +24,12 @@ from benchmarks.measure import (
     count_entries,
     latency_summary,
     outcomes,
+    stages,
     summarise,
     timeline,
 )
 from benchmarks.processors import read_records
-from benchmarks.spaces import BIN, Servers, Space
+from benchmarks.spaces import BIN, PostgresSpace, Servers, Space
 from benchmarks.targets import Launch, Target, Work
 
 READY_MARK = "consuming queue"  # what a consumer logs once it is connected and receiving
@@ -225,6 +226,7 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
     started = time.monotonic()
     run = CaseRun(target, case, space, work_dir)
     storage: dict[str, Any] = {}
+    settled: dict[int, float] = {}  # PostgreSQL jobq targets' finished_at, by job (stages)
     try:
         space.create()
         if not case.rate:
@@ -247,12 +249,17 @@ def run_case(target: Target, case: Case, servers: Servers, work_dir: Path) -> di
         try:
             if case.storage and "before" in storage:
                 storage["after"] = space.storage()
+            if case.scenario == "latency" and target.family == "jobq" and isinstance(
+                    space, PostgresSpace):
+                settled = space.settled()
         finally:  # a million jobs must not stay on the shared servers
             space.drop()
     run.check_exits()
     run.problems.extend(run.sampler.errors)
     entries = list(read_records(run.records))  # read once: a backlog case holds 1,000,000
     result = evaluate(run, summarise(entries, case.jobs, case.warmup))
+    if case.scenario == "latency":
+        result["stages_ms"] = stages(entries, case.warmup, settled)
     if case.storage:
         result["storage"] = storage
         result["timeline"] = timeline([e.finished for e in entries], case.jobs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ def count_entries(directory: Path) -> int:
         lo, hi = 0, len(data) // ENTRY.size
         while lo < hi:  # entries are written in order: the first empty one marks the end
             mid = (lo + hi) // 2
-            if ENTRY.unpack_from(data, mid * ENTRY.size)[3] == 0:
+            if ENTRY.unpack_from(data, mid * ENTRY.size)[-1] == 0:
                 hi = mid
             else:
                 lo = mid + 1
@@ -90,6 +90,45 @@ def summarise(entries: Sequence[Entry], enqueued: int, warmup: float = 0.0) -> O
         last=max((e.finished for e in entries), default=0.0),
         latencies_ms=latencies, warmup_max_ms=max(warm, default=0.0),
     )
+
+
+def stages(entries: Sequence[Entry], warmup: float = 0.0,
+           settled: Mapping[int, float] | None = None) -> dict[str, dict[str, float]]:
+    """Where a job's milliseconds go, p50/p95/p99 of each stage, over the stamped jobs sent
+    after the warm-up (as ``summarise``'s latency):
+
+    - ``enqueue``: the producer's stamp to the backend's (``Job.enqueued_at``: PostgreSQL's
+      insert, whose ``now()`` is its transaction's start; RabbitMQ's publisher, just before the
+      publish, in whole milliseconds floored: up to 1 ms early, so it reads below 0);
+    - ``to_start``: that to the handler's start (a wake-up, a claim or a delivery, the time in
+      the pool's buffer, the event loop's lag);
+    - ``handler``: the handler (the record processor: a memory copy);
+    - ``settle``: the handler's end to the outcome written (PostgreSQL: ``finished_at``, when
+      given ``settled``: the ``now()`` of the ack's statement, so it includes the wait for the
+      ack batch; in transaction mode the claim's transaction, begun before the handler, writes
+      it, so there it reads below 0 and says how long before the handler the claim began);
+    - ``total``: sent to the handler's end (the latency figure), and ``to_settled``.
+
+    Empty when the processor stamped no start (the peers', the baselines').
+    """
+    sent = [e for e in entries if e.status == DONE and e.sent_at > 0]
+    steady_from = min((e.sent_at for e in sent), default=0.0) + warmup  # as summarise's
+    steady = [e for e in sent if e.sent_at >= steady_from and e.started > 0]
+    if not steady:
+        return {}
+    spans: dict[str, list[float]] = {
+        "enqueue": [e.enqueued - e.sent_at for e in steady if e.enqueued > 0],
+        # From the later of the two stamps: RabbitMQ's is in whole milliseconds, floored,
+        # so it reads up to 1 ms before the producer's.
+        "to_start": [e.started - max(e.enqueued, e.sent_at) for e in steady],
+        "handler": [e.finished - e.started for e in steady],
+        "total": [e.finished - e.sent_at for e in steady]}
+    if settled:
+        spans["settle"] = [settled[e.n] - e.finished for e in steady if e.n in settled]
+        spans["to_settled"] = [settled[e.n] - e.sent_at for e in steady if e.n in settled]
+    return {name: {f"p{p}": round(quantile(ms, p / 100), 3) for p in PERCENTILES}
+            for name, values in spans.items() if values
+            for ms in [sorted(v * 1000.0 for v in values)]}
 
 
 def timeline(finished: Sequence[float], enqueued: int, points: int = 50

@@ -14,7 +14,9 @@ opens, the gate costs one attribute check per job.
 
 A job is named by its payload's ``n`` (the producer numbers its jobs 0..count-1), so the
 runner knows the enqueued set without asking the backend. ``sent_at`` (``producer --stamp``)
-gives end-to-end latency against the same wall clock.
+gives end-to-end latency against the same wall clock; the record processor also stamps when
+the handler started and when the backend says the job was enqueued (``Job.enqueued_at``), so
+the latency case can say where the milliseconds go (measure.stages).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 
 from jobq import Job, PermanentError, Retry
 
-ENTRY = struct.Struct("<qddq")  # n, finished (epoch s), sent_at (epoch s, 0 if unknown), status
+# n, finished, sent_at, started (the handler's start), enqueued (Job.enqueued_at), status: times
+# in epoch seconds, 0 where unknown. The status comes last: 0 marks the map's unwritten tail.
+ENTRY = struct.Struct("<qddddq")
 DONE, DEAD = 1, 2
 _GROW = 1 << 20  # bytes added to the map when it is full
 
@@ -51,18 +55,21 @@ class Recorder:
         self._size = _GROW
         self._at = 0
 
-    def add(self, n: int, sent_at: float, status: int = DONE) -> None:
+    def add(self, n: int, sent_at: float, status: int = DONE, *, started: float = 0.0,
+            enqueued: float = 0.0) -> None:
         """Record one outcome; the entry is durable against kill -9 once this returns."""
         at = self._at
         if at + ENTRY.size > self._size:
             self._size += _GROW
             self._map.resize(self._size)
-        ENTRY.pack_into(self._map, at, n, time.time(), sent_at, status)
+        ENTRY.pack_into(self._map, at, n, time.time(), sent_at, started, enqueued, status)
         self._at = at + ENTRY.size
 
-    def job(self, payload: Mapping[str, Any], status: int = DONE) -> None:
+    def job(self, payload: Mapping[str, Any], status: int = DONE, *, started: float = 0.0,
+            enqueued: float = 0.0) -> None:
         """Record a job by its payload (``n`` and, if stamped, ``sent_at``)."""
-        self.add(payload["n"], payload.get("sent_at", 0.0), status)
+        self.add(payload["n"], payload.get("sent_at", 0.0), status, started=started,
+                 enqueued=enqueued)
 
 
 class Gate:
@@ -97,17 +104,19 @@ class Entry:
     finished: float
     sent_at: float
     status: int
+    started: float = 0.0  # 0: not stamped (every processor but record, and the peers)
+    enqueued: float = 0.0
 
 
 def read_records(directory: str | Path) -> Iterator[Entry]:
     """Every entry recorded under ``directory``, file by file, in write order."""
     for file in sorted(Path(directory).glob("*.rec")):
         data = file.read_bytes()
-        for n, finished, sent_at, status in ENTRY.iter_unpack(data[: len(data) // ENTRY.size
-                                                                     * ENTRY.size]):
+        for n, finished, sent_at, started, enqueued, status in ENTRY.iter_unpack(
+                data[: len(data) // ENTRY.size * ENTRY.size]):
             if status == 0:  # the zeroed tail of the map: nothing written past here
                 break
-            yield Entry(n, finished, sent_at, status)
+            yield Entry(n, finished, sent_at, status, started, enqueued)
 
 
 def record(dir: str, gate: str = "") -> Any:
@@ -115,9 +124,12 @@ def record(dir: str, gate: str = "") -> Any:
     rec, start = Recorder(dir), Gate(gate)
 
     async def handle(job: Job) -> None:
+        started = time.time()
         if not start.open:
             await start.wait()
-        rec.job(job.payload)
+            started = time.time()
+        rec.job(job.payload, started=started,
+                enqueued=job.enqueued_at.timestamp() if job.enqueued_at else 0.0)
 
     return handle
 

@@ -231,6 +231,15 @@ def render(results: Mapping[str, Any]) -> str:
     scaling = scaling_lines(rows)
     if scaling:
         parts += ["## Scaling with consumer processes (drain)", "", *scaling, ""]
+    stages = stage_lines(rows)
+    if stages:
+        parts += ["## Where a job's milliseconds go (latency)", "",
+                  "Each stage's p50 / p99 in ms, from stamps on each job: the producer's send, "
+                  "the backend's enqueue stamp (`Job.enqueued_at`), the handler's start and end, "
+                  "and on PostgreSQL the outcome's `finished_at`. *to start* holds the wake-up, "
+                  "the claim or delivery, the pool's buffer and the event loop's lag; *settle* "
+                  "the wait for the ack batch and its statement. Percentiles of stages do not "
+                  "add up to the total's.", "", *stages, ""]
     waits = server_wait_lines(rows)
     if waits:
         parts += ["## Where the Postgres backends' time went (drain, 1 process)", "",
@@ -259,6 +268,26 @@ def render(results: Mapping[str, Any]) -> str:
     parts += ["Charts: ![throughput](throughput.png) ![latency](latency.png) "
               "![latency CDF](latency_cdf.png)", ""]
     return "\n".join(parts)
+
+
+STAGE_COLUMNS = (("enqueue", "enqueue"), ("to_start", "to start"), ("handler", "handler"),
+                 ("total", "total (latency)"), ("settle", "settle"), ("to_settled", "to settled"))
+
+
+def stage_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The stage breakdown table of the latency rows that have one."""
+    staged = [r for r in rows if r["scenario"] == "latency" and r.get("stages_ms")]
+    if not staged:
+        return []
+    out = ["| target | offered | " + " | ".join(title for _, title in STAGE_COLUMNS) + " |",
+           "| --- | --- |" + " ---: |" * len(STAGE_COLUMNS)]
+    for r in staged:
+        cells = []
+        for key, _ in STAGE_COLUMNS:
+            cut = r["stages_ms"].get(key)
+            cells.append(f"{cut['p50']:.2f} / {cut['p99']:.2f}" if cut else "-")
+        out.append(f"| {r['target']} | {r['variant']} | " + " | ".join(cells) + " |")
+    return out
 
 
 def load(path: str) -> dict[str, Any]:

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                    overrides_env(args.overrides))
     results = assemble(runs, targets, scenarios, size, env, argv, time.monotonic() - started)
     write(results, out, charts=not args.no_charts)
+    show_stages(results)
     print(out / "report.md")
     if skipped:
         print(f"benchmark: skipped {', '.join(skipped)} (unreachable: {', '.join(missing)})",
@@ -211,6 +212,13 @@ def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[
         "summary": summary.aggregate(runs, TARGETS),
         "runs": runs,
     }
+
+
+def show_stages(results: dict[str, Any]) -> None:
+    """Print the latency case's stage breakdown (the report has it too), if it ran."""
+    staged = report.stage_lines(results["summary"])
+    if staged:
+        print("Where a job's milliseconds go (p50 / p99 ms):", *staged, sep="\n")
 
 
 def write(results: dict[str, Any], out: Path, *, charts: bool = True) -> None:

@@ -167,6 +167,14 @@ class PostgresSpace:
         rows = self._monitor().execute(WAITS, (self.app,)).fetchall()
         return {str(row[0]): int(row[1]) for row in rows}  # type: ignore[call-overload]
 
+    def settled(self) -> dict[int, float]:
+        """When each done job's outcome was written (its ``finished_at``: the ack's statement
+        began then, and committed a moment later), by the payload's ``n``, in epoch seconds."""
+        rows = self._monitor().execute(sql.SQL(
+            "SELECT (payload->>'n')::bigint, extract(epoch FROM finished_at)::float8 FROM {} "
+            "WHERE status = 'done'").format(sql.Identifier(self.schema, "jobs"))).fetchall()
+        return {int(n): float(at) for n, at in rows}  # type: ignore[call-overload, arg-type]
+
 
 def beam_pids() -> list[int]:
     """The RabbitMQ node's Erlang VM (``beam.smp``) on this machine, found in /proc."""

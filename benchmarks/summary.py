@@ -51,6 +51,16 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3)
 
 
+def _median_stages(runs: Sequence[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each stage's each percentile, the median over the repeats that measured it."""
+    names = sorted({(stage, p) for run in runs for stage, cut in run.items() for p in cut})
+    out: dict[str, dict[str, float]] = {}
+    for stage, p in names:
+        out.setdefault(stage, {})[p] = round(median(run[stage][p] for run in runs
+                                                    if p in run.get(stage, {})), 3)
+    return out
+
+
 def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Row:
     scenario, variant, target = key
     # A repeat that could not run (lost None: a server unreachable, say) fails the row but
@@ -69,6 +79,7 @@ def _row(key: tuple[str, str, str], all_runs: Sequence[Mapping[str, Any]]) -> Ro
         "latency_ms": {k: round(median(r["latency_ms"].get(k, math.nan) for r in group), 3)
                        for k in latency_keys},
         "cdf_ms": _median_run(group)["cdf_ms"],
+        "stages_ms": _median_stages([r.get("stages_ms") or {} for r in group]),
         "lost": sum(r["lost"] for r in measured) if measured else None,
         "duplicates": sum(r["duplicates"] for r in group),
         "dead": round(median(r["dead"] for r in group)),

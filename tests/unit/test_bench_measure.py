@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from benchmarks.charts import draw_all
-from benchmarks.measure import count_entries, outcomes, quantile, timeline
+from benchmarks.measure import count_entries, outcomes, quantile, stages, timeline
 from benchmarks.processors import DEAD, Recorder, read_records
-from benchmarks.report import backlog_lines
+from benchmarks.report import backlog_lines, stage_lines
 from benchmarks.summary import aggregate
 from benchmarks.targets import TARGETS
 from tests.conftest import ROOT
@@ -37,7 +37,7 @@ def test_the_record_grows_past_its_first_mapping_and_survives_kill_9(tmp_path: P
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert done.returncode == -signal.SIGKILL
     entries = list(read_records(tmp_path))
-    assert [e.n for e in entries] == list(range(40000))  # 40,000 x 32 bytes > the 1 MiB map
+    assert [e.n for e in entries] == list(range(40000))  # 40,000 x 48 bytes > the 1 MiB map
 
 
 def test_latency_leaves_the_warm_up_out_and_percentiles_are_nearest_rank(tmp_path: Path) -> None:
@@ -48,6 +48,29 @@ def test_latency_leaves_the_warm_up_out_and_percentiles_are_nearest_rank(tmp_pat
     out = outcomes(tmp_path, enqueued=101, warmup=0.5)
     assert len(out.latencies_ms) == 100 and out.warmup_max_ms > 0
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0 and quantile([1.0, 2.0], 0.99) == 2.0
+
+
+def test_the_stages_split_each_jobs_time_and_leave_the_warm_up_out(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path)
+    # Job n sent at t, enqueued 1 ms later, started 2 + n/100 ms after that, ran 0.5 ms.
+    for n in range(101):
+        t = 1000.0 + n * 0.01
+        rec.add(n, t, started=t + 0.003 + n / 1e5, enqueued=t + 0.001)
+    rec.add(101, 999.0)  # sent before all the others: the warm-up's start, and unstamped
+    entries = list(read_records(tmp_path))
+    # The records' finish times are the real clock's: give them the handler's 0.5 ms instead.
+    entries = [e if e.started == 0 else type(e)(e.n, e.started + 0.0005, e.sent_at, e.status,
+                                                 e.started, e.enqueued) for e in entries]
+    settled = {e.n: e.finished + 0.004 for e in entries}
+    cut = stages(entries, warmup=1.0, settled=settled)
+    assert cut["enqueue"]["p50"] == 1.0 and cut["handler"]["p99"] == 0.5
+    assert round(cut["to_start"]["p50"], 3) == 2.5 and round(cut["to_start"]["p99"], 3) == 2.99
+    assert cut["settle"]["p99"] == 4.0 and round(cut["to_settled"]["p50"], 3) == 8.0
+    assert stages([e for e in entries if e.started == 0]) == {}  # a peer's: nothing stamped
+    lines = stage_lines([{"scenario": "latency", "variant": "1000/s", "target": "postgres-lease",
+                          "stages_ms": cut}, {"scenario": "latency", "variant": "1000/s",
+                                               "target": "pgqueuer", "stages_ms": {}}])
+    assert len(lines) == 3 and lines[2].startswith("| postgres-lease | 1000/s | 1.00 / 1.00")
 
 
 def _run(target: str, scenario: str, variant: str, tps: float, **extra: object) -> dict[str, object]:
