@@ -53,13 +53,15 @@ def fresh_schema() -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def test_the_claims_walk_an_index_after_the_table_grew(fresh_schema: str) -> None:
+@pytest.mark.parametrize("async_commit", [True, False])  # false: claims and acks wait for the flush
+def test_the_claims_walk_an_index_after_the_table_grew(fresh_schema: str,
+                                                       async_commit: bool) -> None:
     schema = fresh_schema
     before = seq_scans(schema)
     app = f"jobq-plans-{uuid.uuid4().hex[:8]}"
     settings = load_settings(ROOT / "configs" / "postgres.yaml", {
         "queue": "q", "postgres.dsn": f"{PG_DSN}?application_name={app}",
-        "postgres.notify": False},
+        "postgres.notify": False, "postgres.async_commit": async_commit},
         env=schema_env(schema))
     table = jobs_table(schema)
 

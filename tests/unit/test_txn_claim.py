@@ -87,3 +87,19 @@ def test_a_sweep_without_an_end_leaves_the_due_check_to_the_server() -> None:
     assert sweep.params("q")["until"] is None and sweep.until_literal() == b"NULL"
     ended = Sweep(until=datetime(2026, 1, 1, tzinfo=UTC), now=0.0)
     assert ended.until_literal() == b"'2026-01-01T00:00:00+00:00'"
+
+
+def test_the_lease_claim_and_ack_commit_as_postgres_async_commit_says() -> None:
+    from psycopg import sql
+
+    def text(queries: Queries, name: str) -> str:
+        return queries[name].as_string(None)
+
+    fast, durable = Queries("s"), Queries("s", async_commit=False)
+    for name in ("claim", "claim_after", "ack"):
+        assert "set_config('synchronous_commit', 'off', true)" in text(fast, name)
+        assert ("set_config('synchronous_commit', current_setting('synchronous_commit'), true)"
+                in text(durable, name))
+    # A transaction-mode pick is only a mark: it stays asynchronous either way.
+    assert "'off'" in text(durable, "txn_pick")
+    assert isinstance(durable["ack"], sql.Composed)

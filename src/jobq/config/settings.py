@@ -111,6 +111,11 @@ class PostgresConfig:
     pool_size: int = 0  # 0: derived from the claim mode and concurrency
     ack_batch: int = 1000
     ack_interval: float = 0.02
+    # Lease mode: a claim and an ack commit without waiting for the WAL flush. A server crash
+    # can then undo the last moment's claims and acks: those jobs run again (never lost, as
+    # at-least-once allows). false: they wait for the flush, as the server's synchronous_commit
+    # says (docs/benchmark.md measures what it costs).
+    async_commit: bool = True
     # Seconds a PostgreSQL link may stay silent: every jobq statement's deadline, and (both
     # ends) the TCP keepalives and tcp_user_timeout. 0: min(10, lease / 2).
     network_timeout: float = 0.0

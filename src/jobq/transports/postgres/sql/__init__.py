@@ -45,10 +45,13 @@ def _identifiers(schema: str) -> dict[str, sql.Composable]:
 
 
 class Queries:
-    """Every statement of ``queries.sql``, with the schema's identifiers filled in."""
+    """Every statement of ``queries.sql``, with the schema's identifiers filled in;
+    ``async_commit``: the lease claim and ack commit without waiting for the WAL flush
+    (``postgres.async_commit``), else as the session's ``synchronous_commit`` says."""
 
-    def __init__(self, schema: str) -> None:
-        names = _identifiers(schema)
+    def __init__(self, schema: str, *, async_commit: bool = True) -> None:
+        names = {**_identifiers(schema), "commit": sql.Literal("off") if async_commit
+                 else sql.SQL("current_setting('synchronous_commit')")}
         self._by_name: dict[str, sql.Composed] = {}
         for mark, body in _blocks(_NAME, _read("queries.sql")):
             text = sql.SQL(body.rstrip(";"))

@@ -29,9 +29,11 @@
 -- (SET LOCAL, the session keeps its setting): the claim returns ~0.1 ms after the UPDATE
 -- instead of after an fsync (0.2-25 ms here). If the server crashes before the flush, the
 -- claim is undone and the jobs are pending again: they are handed out again, never lost,
--- which at-least-once delivery allows.
+-- which at-least-once delivery allows. With postgres.async_commit false, {commit} is the
+-- session's own synchronous_commit instead of 'off' (sql/__init__.py), and the claim and the
+-- ack wait for the flush as every other commit does.
 WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true)
+    SELECT set_config('synchronous_commit', {commit}, true)
 ),
 lone AS (
     SELECT id, attempts
@@ -97,7 +99,7 @@ SELECT extract(epoch FROM min(run_at) - now())::float8
 -- that claim's to write. So are retry's, dead's and release's. RETURNING tells which were
 -- still held. The pairs arrive as two comma-separated texts (held.pairs says why), split here.
 WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true)
+    SELECT set_config('synchronous_commit', {commit}, true)
 )
 UPDATE {jobs} AS j
    SET status = 'done', finished_at = now(), locked_until = NULL
