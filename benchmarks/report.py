@@ -51,6 +51,7 @@ def goal_lines(rows: Sequence[Row], targets: Mapping[str, Mapping[str, Any]]) ->
             out.append(f"- {name}, drain, 1 consumer: {_num(one['throughput'])} jobs/s = "
                        f"{one['vs_baseline']:.2f}x {one['baseline']} ({_num(base['throughput'])} "
                        f"jobs/s); goal ≥ {t['goal_vs_baseline']}x — {verdict}")
+        out += ceiling_lines(name, t, one, by.get(("drain", "x1", t.get("ceiling") or "")))
         at_1k = by.get(("latency", "1000/s", name))
         if t.get("goal_p99_ms") and at_1k and "p99" in at_1k["latency_ms"]:
             p99 = at_1k["latency_ms"]["p99"]
@@ -62,6 +63,26 @@ def goal_lines(rows: Sequence[Row], targets: Mapping[str, Mapping[str, Any]]) ->
             verdict = "meets" if two["speedup_vs_1"] >= 1.6 else "below"
             out.append(f"- {name}, 2 consumers vs 1: {two['speedup_vs_1']:.2f}x (goal ≥ 1.6x where "
                        f"the server is not the bottleneck — {verdict}); saturated: {two['saturated']}")
+    return out
+
+
+def ceiling_lines(name: str, target: Mapping[str, Any], one: Row | None,
+                  ceiling: Row | None) -> list[str]:
+    """The drain x1 against the backend's fastest bare loop, rate and consumer CPU per job."""
+    if not one or not ceiling or not ceiling["throughput"]:
+        return []
+    ratio = one["throughput"] / ceiling["throughput"]
+    goal = target.get("goal_vs_ceiling")
+    verdict = "" if not goal else (f"; goal ≥ {goal}x — " + ("meets" if ratio >= goal
+                                                             else "**misses**"))
+    out = [f"- {name}, drain, 1 consumer: {ratio:.2f}x {ceiling['target']}, the ceiling "
+           f"({_num(one['throughput'])} against {_num(ceiling['throughput'])} jobs/s){verdict}"]
+    mine, theirs = one["cpu"].get("consumers_per_1k"), ceiling["cpu"].get("consumers_per_1k")
+    if mine and theirs:
+        cpu = mine / theirs
+        out.append(f"- {name}, consumer CPU per 1,000 jobs: {mine:.4f} s, {cpu:.2f}x "
+                   f"{ceiling['target']}'s {theirs:.4f} s; goal ≤ 1.5x — "
+                   + ("meets" if cpu <= 1.5 else "**misses**"))
     return out
 
 

@@ -206,7 +206,9 @@ def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[
         "scenarios": {name: (SCENARIOS[name].__doc__ or "").strip().rstrip(".") for name in scenarios},
         "targets": {t.name: {"backend": t.backend, "family": t.family, "baseline": t.baseline,
                              "description": t.description, "goal_vs_baseline": t.goal_vs_baseline,
-                             "goal_p99_ms": t.goal_p99_ms, "settings": settings.get(t.name, {}),
+                             "goal_p99_ms": t.goal_p99_ms, "ceiling": t.ceiling,
+                             "goal_vs_ceiling": t.goal_vs_ceiling,
+                             "settings": settings.get(t.name, {}),
                              "not_run": {n: why for n, why in t.cannot.items() if n in scenarios}}
                     for t in targets},
         "summary": summary.aggregate(runs, TARGETS),

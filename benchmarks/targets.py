@@ -35,6 +35,9 @@ TXN_JOB_SCALE = 0.2
 # procrastinate fetches and finishes one job per round trip each (about 25x slower than jobq on
 # a drain here): it drains a tenth of the jobs, so its cases end in seconds, not minutes.
 PROCRASTINATE_JOB_SCALE = 0.1
+# raw-pika-tuned: the fastest settings found for the bare pika loop (docs/benchmark.md).
+TUNED_PREFETCH = 1000
+TUNED_ACK_EVERY = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +78,10 @@ class Target:
     settings: Callable[[Target, Space, int], dict[str, Any]] | None = None
     goal_vs_baseline: float | None = None  # issue goal: drain x1 throughput / baseline's
     goal_p99_ms: float | None = None  # issue goal: p99 latency at 1,000 jobs/s offered
+    # The fastest bare loop of the backend (raw-pg-min, raw-pika-tuned), when it runs too: the
+    # drain x1's ratio to it and its consumer CPU per job beside the loop's (issue 38's goals).
+    ceiling: str | None = None
+    goal_vs_ceiling: float | None = None
     # A cap on the scenario's concurrency, for targets that hold a server connection per
     # running job (the server's max_connections is shared with everyone).
     max_concurrency: int | None = None
@@ -171,14 +178,46 @@ def raw_amqp_consumer(target: Target, space: Space, launch: Launch) -> list[str]
 
 
 def raw_pika_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
-    """``python -m benchmarks.baselines.pika_consumer``: the bare pika consumer."""
+    """``python -m benchmarks.baselines.pika_consumer``: the bare pika consumer (tuned: a
+    larger prefetch, acks of many at once)."""
     assert isinstance(space, RabbitSpace)
     argv = [sys.executable, "-m", "benchmarks.baselines.pika_consumer",
             "--url", space.servers.amqp_url, "--queue", space.queue,
             "--dir", str(launch.record_dir)]
+    if target.name == "raw-pika-tuned":
+        argv += ["--prefetch", str(TUNED_PREFETCH), "--ack-every", str(TUNED_ACK_EVERY)]
     if launch.gate is not None:
         argv += ["--gate", str(launch.gate)]
     return argv + (["--once"] if launch.once else [])
+
+
+def raw_min_argv(command: str, space: Space) -> list[str]:
+    """``python -m benchmarks.baselines.pg_min <command>`` on the case's schema."""
+    assert isinstance(space, PostgresSpace)
+    return [sys.executable, "-m", "benchmarks.baselines.pg_min", command, "--dsn",
+            space.servers.pg_dsn, "--schema", space.schema, "--queue", space.queue]
+
+
+def raw_min_consumer(target: Target, space: Space, launch: Launch) -> list[str]:
+    """The minimal-table loop, draining."""
+    argv = [*raw_min_argv("consume", space), "--dir", str(launch.record_dir)]
+    if launch.gate is not None:
+        argv += ["--gate", str(launch.gate)]
+    return argv + (["--once"] if launch.once else [])
+
+
+def raw_min_producer(target: Target, space: Space, count: int, rate: float) -> list[str]:
+    """The minimal table, filled by its own module (jobq's producer writes jobq's table)."""
+    return [*raw_min_argv("produce", space), "--dir", "-", "--count", str(count),
+            "--rate", str(rate)]
+
+
+def raw_min_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
+    """The minimal loop's fixed choices."""
+    return {"table": "id bigserial primary key, payload jsonb (nothing else)",
+            "claim": "BEGIN; SELECT ... ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED; run; "
+                     "DELETE ... WHERE id = ANY; COMMIT", "connections": 1,
+            "commit": "server default (synchronous_commit as in Environment)"}
 
 
 def peer_args(space: Space) -> list[str]:
@@ -242,8 +281,9 @@ def jobq_settings(target: Target, space: Space, concurrency: int) -> dict[str, A
         if grown:
             out["buffer"] = f"{s.consumer.buffer_size}, grown to {grown} for short jobs (sizing.py)"
         out.update(claim=pg.claim, claim_batch_max=concurrency + max(pool_buffer(s), grown),
-                   commit="claims and acks synchronous_commit=off (per statement)"
-                   if pg.claim == "lease" else "server default",
+                   commit=("claims and acks synchronous_commit=off (per statement)"
+                           if pg.async_commit else "claims and acks: server default")
+                   if pg.claim == "lease" else "server default (the job's own transaction)",
                    ack_batch=pg.ack_batch, ack_interval_s=pg.ack_interval, lease_s=pg.lease,
                    notify=pg.notify, poll_interval_s=pg.poll_interval)
         if pg.claim == "transaction":
@@ -281,7 +321,10 @@ def raw_amqp_settings(target: Target, space: Space, concurrency: int) -> dict[st
 def raw_pika_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
     """The pika baseline's fixed choices."""
     s = load_settings(space.config, env=space.env)
-    return {"queue_type": s.rabbitmq.queue_type, "prefetch": 100, "acks": "one per message",
+    tuned = target.name == "raw-pika-tuned"
+    return {"queue_type": s.rabbitmq.queue_type, "prefetch": TUNED_PREFETCH if tuned else 100,
+            "acks": f"multiple=True every {TUNED_ACK_EVERY} messages (and at a pause)" if tuned
+            else "one per message",
             "client": "pika BlockingConnection (no event loop)",
             "concurrency": "one callback at a time"}
 
@@ -312,6 +355,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(name="postgres-lease", backend="postgres", family="jobq", space=_pg,
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg",
            env={"JOBQ_POSTGRES__CLAIM": "lease"}, goal_vs_baseline=0.9, goal_p99_ms=20.0,
+           ceiling="raw-pg-min", goal_vs_ceiling=0.8,
            description="jobq consumer, Postgres lease mode (batch claims, batched acks)"),
     Target(name="postgres-lease-tasks", backend="postgres", family="jobq", space=_pg,
            consumer=jobq_tasks_consumer, settings=jobq_settings,
@@ -335,6 +379,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(name="rabbitmq-quorum", backend="rabbitmq", family="jobq", space=_rmq,
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-pika",
            env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"}, goal_vs_baseline=1.0, goal_p99_ms=10.0,
+           ceiling="raw-pika-tuned", goal_vs_ceiling=1.0,
            description="jobq consumer, RabbitMQ quorum queue"),
     Target(name="rabbitmq-classic", backend="rabbitmq", family="jobq", space=_rmq,
            consumer=jobq_consumer, settings=jobq_settings, baseline="raw-pika-classic",
@@ -358,6 +403,29 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            consumer=raw_pika_consumer, settings=raw_pika_settings, scenarios=frozenset({"drain"}),
            env={"JOBQ_RABBITMQ__QUEUE_TYPE": "classic"},
            description="the same bare pika consumer on a classic queue (rabbitmq-classic's)"),
+    Target(name="postgres-lease-sync", backend="postgres", family="jobq", space=_pg,
+           consumer=jobq_consumer, settings=jobq_settings, baseline="raw-psycopg",
+           env={"JOBQ_POSTGRES__CLAIM": "lease", "JOBQ_POSTGRES__ASYNC_COMMIT": "false"},
+           scenarios=frozenset({"drain", "latency"}), ceiling="raw-pg-min",
+           cannot={s: "measured on the drain and the latency only (beside postgres-lease)"
+                   for s in ("io", "failures", "crash", "backlog")},
+           description="postgres-lease with postgres.async_commit false: claims and acks wait "
+                       "for the WAL flush, as the peers' and the raw loops' commits do"),
+    Target(name="raw-pg-min", backend="postgres", family="baseline", space=_pg,
+           consumer=raw_min_consumer, producer=raw_min_producer, settings=raw_min_settings,
+           scenarios=frozenset({"drain"}),
+           cannot={s: "a ceiling of the drain: it has no wake-up, retries nor lease"
+                   for s in ("io", "latency", "failures", "crash", "backlog")},
+           description="the PostgreSQL ceiling: a batch loop over a table of two columns "
+                       "(id, payload), SKIP LOCKED, deleted at commit"),
+    Target(name="raw-pika-tuned", backend="rabbitmq", family="baseline", space=_rmq,
+           consumer=raw_pika_consumer, settings=raw_pika_settings,
+           scenarios=frozenset({"drain"}),
+           cannot={s: "a ceiling of the drain (beside raw-pika, which runs the latency)"
+                   for s in ("io", "latency", "failures", "crash", "backlog")},
+           env={"JOBQ_RABBITMQ__QUEUE_TYPE": "quorum"},
+           description="the RabbitMQ ceiling: bare pika on a quorum queue, prefetch 1,000, "
+                       "acks multiple=True every 100"),
     Target(name="pgqueuer", backend="postgres", family="peer", space=_peer_pg("pgqueuer"),
            consumer=peer_consumer, producer=peer_producer, settings=peer_settings,
            baseline="raw-psycopg", scenarios=PEER_SCENARIOS, cannot=NOT_PEER,
@@ -383,6 +451,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 # The targets a run takes unless --targets names others: jobq and its baselines. The peers
 # need the peers extra and are asked for by name (--targets peers adds all four).
 # postgres-lease-tasks too is asked for by name: it measures what a task adds, not a backend.
+# So are the ceilings and the synchronous lease target, which answer issue 38's questions.
+BY_NAME = ("postgres-lease-tasks", "postgres-lease-sync", "raw-pg-min", "raw-pika-tuned")
 DEFAULT_TARGETS = tuple(n for n, t in TARGETS.items()
-                        if t.family != "peer" and n != "postgres-lease-tasks")
+                        if t.family != "peer" and n not in BY_NAME)
 PEERS = tuple(n for n, t in TARGETS.items() if t.family == "peer")

@@ -155,3 +155,16 @@ def test_a_backlog_row_is_divided_by_its_shallow_drain_and_reported(tmp_path: Pa
     assert "table 1.0 MiB / 2.0 MiB" in text and "dead tuples 0 / 100" in text
     assert "autovacuum off, ran 0 times" in text
     assert "backlog.png" in {p.name for p in draw_all(rows, tmp_path)}
+
+
+def test_a_drain_is_set_against_its_backends_ceiling_in_rate_and_cpu() -> None:
+    from benchmarks.report import ceiling_lines
+
+    def drain(target: str, tps: float, cpu: float) -> dict[str, object]:
+        return {"target": target, "throughput": tps, "cpu": {"consumers_per_1k": cpu}}
+
+    lines = ceiling_lines("postgres-lease", {"goal_vs_ceiling": 0.8},
+                          drain("postgres-lease", 36_000, 0.014), drain("raw-pg-min", 50_000, 0.006))
+    assert lines[0].endswith("goal ≥ 0.8x — **misses**") and "0.72x raw-pg-min" in lines[0]
+    assert "2.33x raw-pg-min's 0.0060 s; goal ≤ 1.5x — **misses**" in lines[1]
+    assert ceiling_lines("postgres-lease", {}, drain("postgres-lease", 1, 0.1), None) == []
