@@ -1,4 +1,5 @@
-"""PNG charts of a run: throughput per scenario and target, latency percentiles and CDF."""
+"""PNG charts of a run: throughput per scenario and target, latency percentiles and CDF, and
+where a job's time goes (the latency stages)."""
 
 from __future__ import annotations
 
@@ -155,11 +156,43 @@ def backlog(rows: Sequence[Row], path: Path) -> None:
     plt.close(fig)
 
 
+STAGE_COLORS = (("enqueue", "#c7c7c7"), ("to_start", "#1f77b4"), ("handler", "#2ca02c"),
+                ("settle", "#ff7f0e"))
+
+
+def stages(rows: Sequence[Row], path: Path) -> None:
+    """Per offered rate: each target's stages, p50 of each stacked (a stage below 0, RabbitMQ's
+    floored enqueue stamp or transaction mode's settle, as 0), a diamond at the total's p99."""
+    staged = [r for r in rows if r["scenario"] == "latency" and r.get("stages_ms")]
+    panels = _panels(staged, lambda s: True)
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 0.9 + 0.45 * max(
+        len(g) for g in panels.values())), squeeze=False)
+    for ax, (title, group) in zip(axes.flat, panels.items(), strict=True):
+        names = [r["target"] for r in group]
+        left = [0.0] * len(group)
+        for stage, color in STAGE_COLORS:
+            widths = [max(r["stages_ms"].get(stage, {}).get("p50", 0.0), 0.0) for r in group]
+            ax.barh(names, widths, left=left, color=color, label=f"{stage} p50")
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.scatter([r["stages_ms"]["total"]["p99"] for r in group], names, marker="D", s=18,
+                   color="black", zorder=3, label="total p99")
+        ax.invert_yaxis()
+        ax.set_xlabel("ms")
+        ax.set_title(f"where a job's time goes at {title.split()[-1]} offered", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def draw_all(rows: Sequence[Row], directory: Path) -> list[Path]:
     """Write every chart that has data; return the files written."""
     written = []
     for name, draw in (("throughput.png", throughput), ("latency.png", latency),
-                       ("latency_cdf.png", latency_cdf), ("backlog.png", backlog)):
+                       ("latency_cdf.png", latency_cdf), ("backlog.png", backlog),
+                       ("stages.png", stages)):
         path = directory / name
         draw(rows, path)
         if path.exists():

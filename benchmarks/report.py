@@ -287,7 +287,8 @@ def render(results: Mapping[str, Any]) -> str:
     if noted:
         parts += ["## Notes", "", *noted, ""]
     parts += ["Charts: ![throughput](throughput.png) ![latency](latency.png) "
-              "![latency CDF](latency_cdf.png)", ""]
+              "![latency CDF](latency_cdf.png)"
+              + (" ![stages](stages.png)" if stages else ""), ""]
     return "\n".join(parts)
 
 

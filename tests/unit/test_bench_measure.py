@@ -168,3 +168,16 @@ def test_a_drain_is_set_against_its_backends_ceiling_in_rate_and_cpu() -> None:
     assert lines[0].endswith("goal ≥ 0.8x — **misses**") and "0.72x raw-pg-min" in lines[0]
     assert "2.33x raw-pg-min's 0.0060 s; goal ≤ 1.5x — **misses**" in lines[1]
     assert ceiling_lines("postgres-lease", {}, drain("postgres-lease", 1, 0.1), None) == []
+
+
+def test_the_stages_chart_is_drawn_for_the_latency_rows_that_have_stages(tmp_path: Path) -> None:
+    from benchmarks.charts import stages as draw_stages
+
+    cut = {"enqueue": {"p50": -0.5, "p99": 0.1}, "to_start": {"p50": 2.0, "p99": 5.0},
+           "handler": {"p50": 0.01, "p99": 0.02}, "total": {"p50": 2.1, "p99": 5.4}}
+    rows = [{"scenario": "latency", "variant": "1000/s", "target": "rabbitmq-quorum",
+             "stages_ms": cut}, {"scenario": "drain", "variant": "x1", "target": "raw-pika"}]
+    draw_stages(rows, tmp_path / "stages.png")
+    assert (tmp_path / "stages.png").read_bytes()[:4] == b"\x89PNG"
+    draw_stages(rows[1:], tmp_path / "none.png")  # no stages: no chart
+    assert not (tmp_path / "none.png").exists()
