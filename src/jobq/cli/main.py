@@ -24,7 +24,7 @@ from jobq.cli.running import (
     run_command,
 )
 from jobq.core.errors import ConfigError
-from jobq.wiring.lean import import_container_without_fastapi
+from jobq.wiring.lean import import_container_lean
 
 # The rest of jobq (config, logging, the commands and everything they import) is imported when
 # a command runs, not with this module: `consumer` must take SIGTERM over as early as it can
@@ -132,7 +132,7 @@ def consumer_main(argv: Sequence[str] | None = None, prog: str = "consumer") -> 
     # Until the event loop takes the signals over, a SIGTERM means "nothing started yet: exit 0".
     signal.signal(signal.SIGTERM, _exit_quietly)
     args = consumer_parser(prog).parse_args(argv)
-    import_container_without_fastapi()
+    import_container_lean()
     from jobq.cli.consume import consume
     from jobq.wiring.backstop import Backstop
 
@@ -144,7 +144,7 @@ def consumer_main(argv: Sequence[str] | None = None, prog: str = "consumer") -> 
 def producer_main(argv: Sequence[str] | None = None, prog: str = "producer") -> int:
     """``producer``: enqueue ``--count`` generated jobs."""
     args = producer_parser(prog).parse_args(argv)
-    import_container_without_fastapi()
+    import_container_lean()
     from jobq.cli import commands
 
     return run_command(lambda s: commands.produce(s, args), args)
@@ -169,7 +169,7 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         need = "takes no id (--state, --kind)" if args.action == "list" else "needs a job id"
         print(f"jobq: config error: id: jobs {args.action} {need}", file=sys.stderr)
         return EXIT_CONFIG
-    import_container_without_fastapi()
+    import_container_lean()
     from jobq.cli import commands
 
     if args.command == "dashboard":
