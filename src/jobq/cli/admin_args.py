@@ -71,13 +71,23 @@ def admin_parser() -> argparse.ArgumentParser:
     for name, text in ALIASES.items():  # dispatched before parsing (cli/main.admin_main)
         sub.add_parser(name, help=text, description=text, add_help=False)
     for add in (_reads, _dead_parser, _jobs_parser, _board_parser, _move_parser, _relay_parser,
-                _prune_parser, _schedules_parser):
+                _prune_parser, _schedules_parser, _completion_parser):
         add(sub)
     for name, command in sub.choices.items():
-        if name not in SERVING and name not in ALIASES:
+        if name not in SERVING and name not in ALIASES and name != "completion":
             command.add_argument("-v", "--verbose", action="store_true",
                                  help="log at INFO (what it connects to); else warnings only")
     return p
+
+
+def _completion_parser(sub: Any) -> None:
+    """jobq completion."""
+    text = ("print the shell completion of jobq, consumer and producer: eval \"$(jobq completion "
+            "bash)\" in ~/.bashrc, or zsh (after compinit) in ~/.zshrc")
+    completion = sub.add_parser("completion", help=text, description=text[0].upper() + text[1:]
+                                + ". It is made from the commands' own options, so it matches "
+                                "the installed jobq; run it again after an upgrade.")
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="your shell")
 
 
 def _reads(sub: Any) -> None:

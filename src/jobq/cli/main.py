@@ -158,6 +158,11 @@ def admin_main(argv: Sequence[str] | None = None) -> int:
         run = consumer_main if line[0] == "consume" else producer_main
         return run(line[1:], prog=f"jobq {line[0]}")
     args = admin_parser().parse_args(line)
+    if args.command == "completion":
+        from jobq.cli.completion import script
+
+        print(script(args.shell, consumer_parser, producer_parser))
+        return EXIT_OK
     # Admin commands log warnings only, INFO with -v; --log-level wins over either.
     level = None if args.command in SERVING else "info" if args.verbose else "warning"
     if args.command == "dead" and args.action != "list" and not (args.ids or args.dead_kind
