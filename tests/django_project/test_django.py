@@ -4,6 +4,7 @@ jobq_consume`` runs it with the project's ORM."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from django.db import connection, transaction
 from jobq.contrib.django import enqueue
 from jobq.contrib.django.apps import read
 from tests.conftest import ROOT, command
+from tests.contract.backends import drop_topology
 from tests.django_project.conftest import SCHEMA
 from tests.django_project.shop.models import Order
 from tests.django_project.shop.tasks import Receipt, send_receipt
@@ -71,7 +73,14 @@ def test_a_wrong_jobq_setting_is_named() -> None:
 def test_on_rabbitmq_the_job_is_published_once_the_transaction_commits(
         consumer_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     queue = f"dj-{uuid.uuid4().hex[:8]}"
-    env = {**consumer_env, "JOBQ_TRANSPORT": "rabbitmq"}
+    try:
+        published(queue, {**consumer_env, "JOBQ_TRANSPORT": "rabbitmq"}, monkeypatch)
+    finally:  # the machine's broker is left as found
+        asyncio.run(drop_topology(queue))
+
+
+def published(queue: str, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of three enqueues (rolled back, committed, outside a transaction), two are published."""
     init = subprocess.run([command("jobq"), "init", "-q", queue], env=env, capture_output=True,
                           text=True, timeout=60)
     assert init.returncode == 0, init.stderr
