@@ -252,7 +252,7 @@ def render(results: Mapping[str, Any]) -> str:
     scaling = scaling_lines(rows)
     if scaling:
         parts += ["## Scaling with consumer processes (drain)", "", *scaling, ""]
-    stages = stage_lines(rows)
+    stages = stage_lines(rows, results["targets"])
     if stages:
         parts += ["## Where a job's milliseconds go (latency)", "",
                   "Each stage's p50 / p99 in ms, from stamps on each job: the producer's send, "
@@ -296,20 +296,32 @@ STAGE_COLUMNS = (("enqueue", "enqueue"), ("to_start", "to start"), ("handler", "
                  ("total", "total (latency)"), ("settle", "settle"), ("to_settled", "to settled"))
 
 
-def stage_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The stage breakdown table of the latency rows that have one."""
-    staged = [r for r in rows if r["scenario"] == "latency" and r.get("stages_ms")]
-    if not staged:
+def stage_lines(rows: Sequence[Mapping[str, Any]],
+                targets: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """The stage breakdown table of the latency rows, with each target's durability (its
+    commits, or publisher confirms) when ``targets`` (results.json's) says. A row without
+    stages (a peer's, a raw loop's: their processors stamp no start) shows its total only."""
+    if not any(r["scenario"] == "latency" and r.get("stages_ms") for r in rows):
         return []
-    out = ["| target | offered | " + " | ".join(title for _, title in STAGE_COLUMNS) + " |",
-           "| --- | --- |" + " ---: |" * len(STAGE_COLUMNS)]
+    staged = [{**r, "stages_ms": r.get("stages_ms") or {"total": r["latency_ms"]}}
+              for r in rows if r["scenario"] == "latency"
+              and (r.get("stages_ms") or r.get("latency_ms"))]
+    out = ["| target | offered | " + " | ".join(title for _, title in STAGE_COLUMNS)
+           + " | durability |", "| --- | --- |" + " ---: |" * len(STAGE_COLUMNS) + " --- |"]
     for r in staged:
         cells = []
         for key, _ in STAGE_COLUMNS:
             cut = r["stages_ms"].get(key)
             cells.append(f"{cut['p50']:.2f} / {cut['p99']:.2f}" if cut else "-")
+        cells.append(durability((targets or {}).get(r["target"], {}).get("settings", {})))
         out.append(f"| {r['target']} | {r['variant']} | " + " | ".join(cells) + " |")
     return out
+
+
+def durability(settings: Mapping[str, Any]) -> str:
+    """What a target's settings say of its commits (PostgreSQL) or confirms (RabbitMQ)."""
+    said = [str(settings[k]) for k in ("commit", "publisher_confirms") if settings.get(k)]
+    return "; ".join(said) or "-"
 
 
 def load(path: str) -> dict[str, Any]:

@@ -218,7 +218,7 @@ def assemble(runs: list[dict[str, Any]], targets: list[Target], scenarios: list[
 
 def show_stages(results: dict[str, Any]) -> None:
     """Print the latency case's stage breakdown (the report has it too), if it ran."""
-    staged = report.stage_lines(results["summary"])
+    staged = report.stage_lines(results["summary"], results["targets"])
     if staged:
         print("Where a job's milliseconds go (p50 / p99 ms):", *staged, sep="\n")
 

@@ -318,7 +318,8 @@ def raw_amqp_settings(target: Target, space: Space, concurrency: int) -> dict[st
     """The baseline's fixed choices."""
     s = load_settings(space.config, env=space.env)
     return {"queue_type": s.rabbitmq.queue_type, "prefetch": 100, "acks": "one per message",
-            "event_loop": "asyncio default", "concurrency": "the prefetch window"}
+            "event_loop": "asyncio default", "concurrency": "the prefetch window",
+            "publisher_confirms": "on (jobq's producer)"}
 
 
 def raw_pika_settings(target: Target, space: Space, concurrency: int) -> dict[str, Any]:
@@ -329,7 +330,7 @@ def raw_pika_settings(target: Target, space: Space, concurrency: int) -> dict[st
             "acks": f"multiple=True every {TUNED_ACK_EVERY} messages (and at a pause)" if tuned
             else "one per message",
             "client": "pika BlockingConnection (no event loop)",
-            "concurrency": "one callback at a time"}
+            "concurrency": "one callback at a time", "publisher_confirms": "on (jobq's producer)"}
 
 
 def _pg(servers: Servers, env: dict[str, str]) -> Space:

@@ -69,8 +69,15 @@ def test_the_stages_split_each_jobs_time_and_leave_the_warm_up_out(tmp_path: Pat
     assert stages([e for e in entries if e.started == 0]) == {}  # a peer's: nothing stamped
     lines = stage_lines([{"scenario": "latency", "variant": "1000/s", "target": "postgres-lease",
                           "stages_ms": cut}, {"scenario": "latency", "variant": "1000/s",
-                                               "target": "pgqueuer", "stages_ms": {}}])
-    assert len(lines) == 3 and lines[2].startswith("| postgres-lease | 1000/s | 1.00 / 1.00")
+                                               "target": "pgqueuer", "stages_ms": {},
+                                               "latency_ms": {"p50": 3.0, "p99": 9.0}}])
+    assert len(lines) == 4 and lines[2].startswith("| postgres-lease | 1000/s | 1.00 / 1.00")
+    assert lines[3] == "| pgqueuer | 1000/s | - | - | - | 3.00 / 9.00 | - | - | - |"  # total only
+    assert lines[2].endswith("| - |")  # no settings given: durability unknown
+    lines = stage_lines([{"scenario": "latency", "variant": "1000/s", "target": "postgres-lease",
+                          "stages_ms": cut}], {"postgres-lease": {"settings": {
+                              "commit": "claims and acks synchronous_commit=off"}}})
+    assert lines[2].endswith("| claims and acks synchronous_commit=off |")
 
 
 def _run(target: str, scenario: str, variant: str, tps: float, **extra: object) -> dict[str, object]:
