@@ -122,10 +122,11 @@ async def test_each_queue_found_joins_the_list_once_and_a_backend_down_is_a_prob
     assert [s.queue for s in sources] == ["default", "a", "c", "b", "d"]  # appended: pages keep their numbers
 
     admin.down = True
-    await found.find(fresh=True)
+    clock[0] += discovery.FIND_EVERY
+    await found.find()
     assert "refused" in found.problems["postgres/default"]
     assert len(sources) == 5  # what was found stays listed
     admin.down = False
-    clock[0] += RETRY_AFTER  # the source tries its backend again
-    await found.find(fresh=True)
+    clock[0] += RETRY_AFTER  # the source tries its backend again (and discovery asks again)
+    await found.find()
     assert found.problems == {}

@@ -29,25 +29,25 @@ class Discovery:
         ``make(configured, name)``: a Source for queue ``name`` on ``configured``'s backend."""
         self._sources = sources
         self._make = make
-        self._asked = list(sources)
+        # One question per backend (two configured queues may share one): the first there.
+        firsts: dict[tuple[str, str], Source] = {}
+        for src in sources:
+            firsts.setdefault((src.transport, src.home), src)
+        self._asked = list(firsts.values())
         self._lock = asyncio.Lock()
         self._last = -FIND_EVERY
         # Why a backend could not list its queues, by the configured source asked; the overview
         # shows them (its own queues still show).
         self.problems: dict[str, str] = {}
 
-    async def find(self, *, fresh: bool = False) -> None:
-        """Ask every backend for its queues (unless asked less than FIND_EVERY s ago and not
-        ``fresh``); add those not shown yet."""
+    async def find(self) -> None:
+        """Ask every backend for its queues (unless asked less than FIND_EVERY s ago); add
+        those not shown yet."""
         async with self._lock:
-            if not fresh and time.monotonic() - self._last < FIND_EVERY:
+            if time.monotonic() - self._last < FIND_EVERY:
                 return
             self._last = time.monotonic()
-            # One question per backend (two configured queues may share one).
-            homes: dict[tuple[str, str], Source] = {}
-            for src in self._asked:
-                homes.setdefault((src.transport, src.home), src)
-            for asked in homes.values():
+            for asked in self._asked:
                 await self._find_on(asked)
 
     async def _find_on(self, asked: Source) -> None:
