@@ -267,6 +267,16 @@ def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.
     return False
 
 
+async def until(predicate: Callable[[], object], what: str, timeout: float = 5.0,
+                step: float = 0.005) -> None:
+    """Yield to the loop until ``predicate()`` is truthy; fail naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(step)
+
+
 def jobs_table(schema: str) -> sql.Composed:
     """``<schema>.jobs``, quoted."""
     return sql.SQL("{}.jobs").format(sql.Identifier(schema))

@@ -24,6 +24,7 @@ from jobq.core.job import Ack, Cancelled, Dead, Delivery, Job, Release, RetryIn
 from jobq.core.port import NewJob, Transport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 from tests.contract.ports import BACKENDS, PRIORITIES, Port
 
 WAIT = 20.0  # the longest a promise may take here: a lost lease (1 s) or pick (2 s), a tier
@@ -89,13 +90,6 @@ async def ack_each(transport: Transport, count: int) -> list[Delivery]:
 
 async def nothing_more(transport: Transport) -> None:
     assert await transport.receive(10, 1.0) == []
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def pool(port: Port, transport: Transport, handler: Callable[[Job], Any], *,
@@ -183,7 +177,7 @@ async def test_attempts_are_counted_until_the_job_is_dead(port: Port) -> None:
     async with port.consumer() as transport:
         workers = pool(port, transport, failing)
         run = asyncio.create_task(workers.run())
-        await until(lambda: workers.stats.dead == 1, "the job dead")
+        await until(lambda: workers.stats.dead == 1, "the job dead", WAIT)
         workers.stop()
         stats = await run
     assert attempts == [1, 2, 3] and (stats.retried, stats.dead) == (2, 1)
@@ -200,7 +194,7 @@ async def test_each_failed_attempts_error_is_kept_with_the_job_the_latest_ones(p
     async with port.consumer() as transport:
         workers = pool(port, transport, failing)
         run = asyncio.create_task(workers.run())
-        await until(lambda: workers.stats.dead == 1, "the job dead")
+        await until(lambda: workers.stats.dead == 1, "the job dead", WAIT)
         workers.stop()
         await run
     errors = await port.errors(job_id)
@@ -242,7 +236,7 @@ async def test_a_graceful_stop_hands_back_what_did_not_start(port: Port) -> None
     async with port.consumer() as transport:
         workers = pool(port, transport, slow, concurrency=1)
         run = asyncio.create_task(workers.run())
-        await until(lambda: started, "the first job to start")
+        await until(lambda: started, "the first job to start", WAIT)
         workers.stop()
         finish.set()
         stats = await run
@@ -266,7 +260,7 @@ async def test_an_operators_cancel_stops_a_running_job_for_good(port: Port) -> N
         run = asyncio.create_task(workers.run())
         await asyncio.wait_for(started.wait(), WAIT)
         await port.cancel(job_id)
-        await until(lambda: workers.stats.cancelled == 1, "the cancel to stop the job")
+        await until(lambda: workers.stats.cancelled == 1, "the cancel to stop the job", WAIT)
         workers.stop()
         stats = await run
         assert (stats.ok, stats.cancelled, stats.retried, stats.dead) == (0, 1, 0, 0)
@@ -286,7 +280,8 @@ async def test_a_job_no_consumer_can_decode_is_dead_with_its_reason_and_never_ru
     async with port.consumer() as transport:
         workers = pool(port, transport, record)
         run = asyncio.create_task(workers.run())
-        await until(lambda: workers.stats.ok == 1 and workers.stats.dead == 1, "both settled")
+        await until(lambda: workers.stats.ok == 1 and workers.stats.dead == 1, "both settled",
+                    WAIT)
         workers.stop()
         await run
     assert ran == [good]

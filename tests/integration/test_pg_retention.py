@@ -20,7 +20,7 @@ from jobq.config import ConnectConfig, PostgresConfig, RetentionConfig
 from jobq.core.errors import ConnectionLost
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.retention import Pruner
-from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env, start_cli, wait_until
+from tests.conftest import fetch, jobs_table, pg_args, run_cli, schema_env, start_cli, until, wait_until
 
 # (status, finished seconds ago or None): the rows every test starts from, 2 of each.
 OLD, YOUNG = 7200, 60
@@ -168,14 +168,16 @@ async def test_a_failing_round_is_logged_and_the_next_one_tries_again(
         pool: Any, pg_dsn: str, queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
     # A schema without a jobs table: the lock is taken, then every DELETE fails.
     broken = pruner(pool, "no_such_schema", queue_name, done=1, interval=0.2)
+    def failures() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "pruning queue" in r.getMessage()]
+
     task = asyncio.create_task(broken.run())
     with caplog.at_level(logging.WARNING, "jobq.postgres"):
-        await asyncio.sleep(1.0)
+        await until(lambda: len(failures()) >= 3 or task.done(), "three failed rounds", 10)
     assert not task.done()  # the pruner lives on, as the consumer does
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    failures = [r.getMessage() for r in caplog.records if "pruning queue" in r.getMessage()]
-    assert len(failures) >= 3 and "no_such_schema" in failures[0], failures
+    assert "no_such_schema" in failures()[0], failures()
     # Gone with the failed rounds' connections (once the server has ended their sessions).
     assert wait_until(lambda: not advisory_locks(pg_dsn, "no_such_schema", queue_name), 5)
 
@@ -256,13 +258,18 @@ def test_running_consumers_prune_what_they_finished(
 
 
 class Slow(Pruner):
-    """A pruner whose DELETEs take 0.8 ms a row (large rows), against a deadline of 1 s."""
+    """A pruner whose DELETEs take 0.8 ms a row (large rows), against a deadline of 1 s. Its
+    clock is the statements' simulated time alone, so a loaded machine cannot move its batches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.now = 0.0
+        super().__init__(*args, clock=lambda: self.now, **kwargs)
 
     async def _execute(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
         if name == "prune":
             if params["batch"] >= 1000:  # would take 1 s: the deadline cuts it
                 raise ConnectionLost("postgres prune: no answer from PostgreSQL within 1s")
-            await asyncio.sleep(params["batch"] * 0.0008)
+            self.now += params["batch"] * 0.0008
         return await super()._execute(conn, name, params)
 
 
@@ -281,6 +288,6 @@ async def test_batches_shrink_to_fit_the_statement_deadline_and_grow_back(
     assert await slow.round() == {"done": 2000} and slow.batch == 250
 
     insert(pg_dsn, schema, queue_name, "done", OLD, 2000)
-    quick = Pruner(pool, settings, queue=queue_name)
-    quick.batch = 125  # as a slow round left it; these rows delete fast
+    quick = Pruner(pool, settings, queue=queue_name, clock=lambda: 0.0)  # each DELETE instant
+    quick.batch = 125  # as a slow round left it
     assert await quick.round() == {"done": 2000} and quick.batch == 1000  # doubled back

@@ -16,6 +16,7 @@ from jobq.observability.metrics import Metrics, serve
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 from tests.scrape import get, parse, value
 
 LABELS = {"transport": "memory", "queue": "q"}
@@ -24,15 +25,6 @@ LABELS = {"transport": "memory", "queue": "q"}
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
     """One sample straight from the registry."""
     return metrics.registry.get_sample_value(name, {**LABELS, **labels})
-
-
-async def until(check: Any, what: str, timeout: float = 5.0) -> None:
-    """Yield to the loop until ``check()`` is true; fail naming ``what`` after ``timeout``."""
-    for _ in range(int(timeout / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def make_pool(transport: MemoryTransport, handler: Any, metrics: Metrics, **kw: Any) -> WorkerPool:

@@ -4,7 +4,6 @@ runs such a job (its attempts spent, or cancelled before it started)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 from jobq import Job
@@ -12,6 +11,7 @@ from jobq.core.job import CancelRequested, Delivery, Spent
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 
 SPENT = "attempt 7 is over max_attempts 5 (header x-jobq-attempt)"
 
@@ -41,13 +41,6 @@ def pool(transport: MemoryTransport, handler: Callable[[Job], object], **kw: obj
     opts.update(kw)
     return WorkerPool(transport, handle, RetryPolicy(base_delay=0.0, jitter=False),
                       **opts)  # type: ignore[arg-type]
-
-
-async def until(predicate: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 async def test_a_fact_is_decided_by_the_pool_and_its_job_never_runs() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pausing import PauseWatch
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 
 LOOK = 0.02  # the watch's interval in these tests (a second in a consumer)
 
@@ -51,13 +51,6 @@ def make(transport: MemoryTransport, handler: Any, switch: Switch, **kw: Any) ->
     opts.update(kw)
     return WorkerPool(transport, handler, RetryPolicy(base_delay=0.0, jitter=False),
                       pause=PauseWatch(switch, interval=LOOK), **opts)
-
-
-async def until(predicate: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 async def test_pause_lets_running_jobs_finish_hands_back_the_rest_and_resume_runs_them() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -54,8 +54,10 @@ class Pruner:
     """Deletes one queue's finished jobs past their retention, one pruner at a time."""
 
     def __init__(self, pool: Pool, settings: PostgresConfig, *, queue: str,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._pool = pool
+        self._clock = clock  # times each DELETE, to fit the next batch
         self._retention = settings.retention
         self._deadline = settings.network_deadline
         self._queue = queue
@@ -135,10 +137,10 @@ class Pruner:
         total = 0
         while True:
             batch = self.batch
-            started = time.monotonic()
+            started = self._clock()
             cur = await self._execute(conn, "prune", {"queue": self._queue, "status": state,
                                                       "older_than": older_than, "batch": batch})
-            self._fit(time.monotonic() - started)
+            self._fit(self._clock() - started)
             deleted = max(cur.rowcount, 0)
             total += deleted
             self.pruned[state] += deleted  # counted as it commits: a later batch may fail
