@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from tests import forkserver
 from tests.faultproxy import FaultProxy
 
 PG_DSN = os.environ.get("JOBQ_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -167,17 +168,20 @@ def command(name: str) -> str:
     return str(BIN / name)
 
 
+# This process's commands are forked from a server that has imported jobq already
+# (tests/forkserver.py), unless JOBQ_TESTS_EXEC=1 has each exec'd as a new Python process.
+FORKS = None if os.environ.get("JOBQ_TESTS_EXEC") == "1" else forkserver.ForkServer(cli_env())
+
+
 def run_cli(name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
             ) -> subprocess.CompletedProcess[str]:
     """Run ``consumer``/``producer``/``jobq`` to completion."""
-    return subprocess.run([command(name), *args], capture_output=True, text=True,
-                          env=env or cli_env(), timeout=timeout)
+    return forkserver.run(FORKS, [command(name), *args], env or cli_env(), timeout)
 
 
 def start_cli(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start ``consumer``/``producer``/``jobq`` in the background."""
-    return subprocess.Popen([command(name), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env or cli_env())
+    return forkserver.popen(FORKS, [command(name), *args], env or cli_env())
 
 
 class Stderr:
