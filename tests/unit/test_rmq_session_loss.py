@@ -5,6 +5,7 @@ reconnects (issue 20: a consumer hung with no reconnect after a broker restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -117,4 +118,25 @@ async def test_a_channel_found_closed_without_a_callback_is_reconnected() -> Non
             await started.wait()
         assert not lost.alive
     finally:
+        await transport.close()
+
+
+async def test_a_cancel_swallowed_while_reconnecting_still_lets_the_consumer_close() -> None:
+    lost = session(FakeRaw())
+    transport, _ = await supervised(OpenLink(), lost)
+    reconnecting = asyncio.Event()
+
+    async def start() -> None:
+        # As aio-pika's calls under 3.11's wait_for: a cancel landing as the reply arrives is
+        # lost, and the call returns (a consumer outlived SIGTERM so, under load).
+        reconnecting.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        transport._sessions.current = session(FakeRaw())
+
+    transport._sessions.start = start  # type: ignore[method-assign]
+    lost.end("the broker reset the connection")
+    async with asyncio.timeout(2):
+        await reconnecting.wait()
+    async with asyncio.timeout(5):  # before: the supervisor watched the new session for ever
         await transport.close()

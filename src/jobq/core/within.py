@@ -17,6 +17,11 @@ after its time was kept from running by the loop itself, so it gives the call as
 as it was late (at most the whole deadline once more) before it fires: what had arrived
 during the block is read first. A server that really did not answer still times out, within
 twice the deadline plus the block.
+
+**A lost cancel, sent again.** aio-pika and aiormq still call ``wait_for`` on 3.11, so a
+background task cancelled at the moment one of their calls completes runs on. ``cancelled``
+cancels again until the task has ended: a consumer closing its RabbitMQ transport outlived
+SIGTERM so, under load, waiting for a supervisor that had gone on to watch its new session.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 LATE = 0.25  # a timer this late ran after a blocked loop, not on a busy one
+RECANCEL = 0.5  # a task still running this long after its cancel lost it: cancel it again
 
 
 class Patience:
@@ -93,3 +99,14 @@ async def within(aw: Awaitable[T], timeout: float | None) -> T:
     running time (``Patience``)."""
     async with Deadline(timeout):
         return await aw
+
+
+async def cancelled(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel ``tasks`` and wait until each has ended, cancelling again every RECANCEL
+    seconds one that runs on (a library lost its cancel); their outcomes are retrieved."""
+    running = {task for task in tasks if not task.done()}
+    while running:
+        for task in running:
+            task.cancel()
+        _, running = await asyncio.wait(running, timeout=RECANCEL)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -32,6 +32,7 @@ from jobq.config import LimitsConfig, RabbitConfig
 from jobq.core.errors import TransportError, describe
 from jobq.core.job import CancelRequested, Decision, Delivery
 from jobq.core.port import Health
+from jobq.core.within import cancelled
 from jobq.transports.common import carry_out
 from jobq.transports.rabbitmq import frames
 from jobq.transports.rabbitmq.acktimeout import consumer_timeout_warning
@@ -128,8 +129,7 @@ class RabbitTransport:
         await self._sessions.stop()
         await self._solo.stop()
         if self._mourner is not None:
-            self._mourner.cancel()
-            await asyncio.gather(self._mourner, return_exceptions=True)
+            await cancelled(self._mourner)
         session = self._sessions.current
         if session is not None and session.alive and (session.consumer_tag is not None
                                                       or self._inbox.arrived):  # not quiesced

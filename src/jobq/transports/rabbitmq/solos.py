@@ -19,6 +19,7 @@ from jobq.config import RabbitConfig
 from jobq.core.errors import ConnectionLost, TransportError, describe
 from jobq.core.job import CancelRequested, Delivery
 from jobq.core.looks import uncut
+from jobq.core.within import cancelled
 from jobq.transports.rabbitmq.alone import POLL, AloneQueue
 from jobq.transports.rabbitmq.codec import MARKS
 from jobq.transports.rabbitmq.connect import translated
@@ -172,8 +173,7 @@ class RunAlone:
     async def stop(self) -> None:
         """Stop looking at ``<q>.alone``."""
         if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
+            await cancelled(self._watcher)
 
     async def _watch(self, session: Session) -> None:
         """Look at ``<q>.alone`` now and every POLL seconds; ``due`` (and a wake) when it holds any.
