@@ -1,4 +1,6 @@
-# make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests.
+# make test: create .venv, install jobq with its dev tools, lint, type-check, run the tests
+#   (their jobq commands forked from a preloaded server, tests/forkserver; JOBQ_TESTS_EXEC=1
+#   exec's each instead).
 # make test-under-load: the same tests (not the lint) with two CPU-burning processes beside
 #   them: a test that fails there has a race to find, never a retry to add.
 # make demo: a job's life on both backends (examples/life), then a quick drain figure.
