@@ -66,9 +66,8 @@ class Supervisor:
         self.task = asyncio.create_task(self.supervise(), name="jobq-rmq-supervisor")
 
     async def stop(self) -> None:
-        """Stop supervising (the session stays: close() finishes it). Called once the state
-        is closing: a cancel that aio-pika swallows (3.11's ``wait_for`` loses one landing as
-        its call completes) still ends the supervisor, at its next look at the state."""
+        """Stop supervising (the session stays: close() finishes it). A cancel that aio-pika
+        loses (3.11's ``wait_for`` drops one landing as its call completes) is sent again."""
         if self.task is not None:
             await cancelled(self.task)
 
@@ -145,12 +144,10 @@ class Supervisor:
     async def supervise(self) -> None:
         """Wait for the session to end; then reconnect with backoff and start a new one."""
         backoff = self._link.connect_config.backoff()
-        while not self._state.closing:
+        while True:
             session = self.current
             assert session is not None
             await self._until_lost(session)
-            if self._state.closing:
-                return
             self.resumed.clear()
             dropped = self._inbox.drop()
             self._log.warning("lost the RabbitMQ session (%s); %d buffered deliveries dropped "
@@ -158,8 +155,6 @@ class Supervisor:
                               dropped)
             await session.close()
             async for attempt in backoff.attempts():
-                if self._state.closing:
-                    return
                 try:
                     for link in dict.fromkeys((self._link, self._publish_link)):
                         if not link.is_open or attempt.number > 1:
@@ -172,13 +167,12 @@ class Supervisor:
             self._state.reconnects += 1
 
     async def _until_lost(self, session: Session) -> None:
-        """Until the session ends, or its channels or connection turn out closed, or the
-        consumer is closing.
+        """Until the session ends, or its channels or connection turn out closed.
 
         The close callbacks normally end it; the look every WATCH seconds is for a loss
         nothing reported (a callback that never ran), so no loss goes unnoticed for long.
         """
-        while not session.lost.is_set() and not self._state.closing:
+        while not session.lost.is_set():
             with contextlib.suppress(TimeoutError):
                 async with Deadline(WATCH):
                     await session.lost.wait()
