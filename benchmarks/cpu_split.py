@@ -7,12 +7,13 @@ For each jobq target: a fresh queue filled with no-op jobs by the real ``produce
 drained by the consumer the drain scenario starts (its processor, concurrency and settings,
 ``--once``), run in this process under cProfile. Each function's own time is
 given to the part its code belongs to (the driver, asyncio, jobq's worker, its transport, its
-job model, the C calls on sockets and the loop's poll, the rest), and each part is printed in
+job model, C built-ins, the rest), and each part is printed in
 microseconds per job and as a share. cProfile adds a cost to every call, so the shares say
 where the time goes, not how much a job costs: the drain scenario's CPU per job says that.
 The profiler's clock is the wall's (a CPU-time clock is a system call, dearer than most of the
 calls it would time): the drain keeps the loop busy, and the little time it waits (the last
-acks) shows under the consumer's ``_close``.
+acks) shows under the consumer's ``_close``. The consumers run on uvloop, whose own work (the
+poll, the sockets) is C the profiler does not see, beside the calls it makes into Python.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.spaces import BIN, Servers, Space
+from benchmarks.harness import producer_argv
+from benchmarks.scenarios import FULL
+from benchmarks.spaces import Servers, Space
 from benchmarks.targets import TARGETS, Launch, Target, Work
 from jobq.cli.main import consumer_main
 
-CONCURRENCY = 32  # the drain scenario's default
 JOBQ = tuple(name for name, target in TARGETS.items() if target.family == "jobq")
 
 # (what a function's file or name holds, the part it belongs to): the first that matches.
@@ -47,9 +49,7 @@ PARTS = (
     ("/jobq/core/", "jobq: core (job, codec, attempts)"),
     ("/jobq/", "jobq: other"),
     ("/asyncio/", "asyncio (loop, tasks, futures, queues)"),
-    ("select.epoll", "C: the loop's poll"),
     ("_asyncio", "asyncio (loop, tasks, futures, queues)"),
-    ("socket", "C: socket send and receive"),
     ("<built-in", "C: other built-ins"),
     ("<method", "C: other built-ins"),
 )
@@ -64,15 +64,13 @@ def part_of(filename: str, name: str) -> str:
 
 def fill(space: Space, jobs: int) -> None:
     """``jobs`` no-op jobs in the space's queue, by the real producer."""
-    subprocess.run([str(BIN / "producer"), "--config", str(space.config), "--queue", space.queue,
-                    "--count", str(jobs), "--kind", "bench", "--log-level", "warning"],
-                   env=space.env, check=True, timeout=600)
+    subprocess.run(producer_argv(space, jobs), env=space.env, check=True, timeout=600)
 
 
 def profile(target: Target, space: Space, record_dir: Path) -> tuple[pstats.Stats, float]:
     """Drain the queue with the target's consumer here, under cProfile; its stats and the CPU
     seconds the process spent meanwhile."""
-    concurrency = min(CONCURRENCY, target.max_concurrency or CONCURRENCY)
+    concurrency = min(FULL.concurrency, target.max_concurrency or FULL.concurrency)
     argv = target.consumer(target, space, Launch(record_dir=record_dir, work=Work(),
                                                  concurrency=concurrency, once=True))
     saved = dict(os.environ)
