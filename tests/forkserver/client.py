@@ -173,11 +173,7 @@ def run(server: ForkServer | None, argv: Sequence[str], env: Mapping[str, str],
         timeout: float) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)``,
     through ``server`` when it can start the command."""
-    name = Path(argv[0]).name
-    if server is None or not server.serves(name, env):
-        return subprocess.run(list(argv), capture_output=True, text=True, env=dict(env),
-                              timeout=timeout)
-    proc = server.start(argv, env)
+    proc = popen(server, argv, env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
