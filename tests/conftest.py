@@ -186,22 +186,25 @@ def start_cli(name: str, *args: str, env: dict[str, str] | None = None) -> subpr
 
 class Stderr:
     """A started CLI's stderr, read line by line on a thread of its own (so the pipe never
-    fills), kept for the test to wait on and to read. Once made, the test reads stderr only
-    through it (not ``communicate``)."""
+    fills), kept for the test to wait on and to read. The reader owns the pipe from then on:
+    ``proc.stderr`` becomes None, so a later ``communicate`` or ``with proc`` reads stdout
+    only and cannot close the pipe under the reader."""
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None, "stderr is not a pipe, or another reader owns it"
         self.proc = proc
+        self._pipe, proc.stderr = proc.stderr, None
         self.lines: list[str] = []
         self._more = threading.Condition()
         self._ended = False
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._more:
-                self.lines.append(line)
-                self._more.notify_all()
+        with self._pipe:
+            for line in self._pipe:
+                with self._more:
+                    self.lines.append(line)
+                    self._more.notify_all()
         with self._more:
             self._ended = True
             self._more.notify_all()

@@ -131,11 +131,14 @@ class Forked(subprocess.Popen[str]):
             return int(self.returncode)
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
-        """Everything the child wrote to stdout and stderr, once it has ended."""
+        """Everything the child wrote to stdout and stderr, once it has ended (None for a
+        stream whose pipe another reader has taken, as ``Popen`` gives)."""
         if input is not None:
             raise ValueError("a forked command has no stdin to write to")
         if not self._readers:
             for name, stream in (("out", self.stdout), ("err", self.stderr)):
+                if stream is None:
+                    continue
                 self._read[name] = []
                 reader = threading.Thread(target=self._drain, args=(stream, self._read[name]),
                                           daemon=True)
@@ -147,7 +150,8 @@ class Forked(subprocess.Popen[str]):
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return "".join(self._read["out"]), "".join(self._read["err"])
+        out, err = (self._read.get(name) for name in ("out", "err"))
+        return (None if out is None else "".join(out)), (None if err is None else "".join(err))
 
     @staticmethod
     def _drain(stream: Any, into: list[str]) -> None:

@@ -18,12 +18,13 @@ from psycopg import sql
 from jobq import Job
 from jobq.config import load_settings
 from jobq.core.job import Ack, Release
+from jobq.core.within import within
 from jobq.transports.postgres.connect import open_pool
 from jobq.transports.postgres.transaction import PgTransactionTransport
 from jobq.transports.postgres.txn_schedule import SPARE_FOR
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
-from tests.conftest import ROOT, fetch
+from tests.conftest import ROOT, fetch, until
 from tests.integration.test_pg_transaction_faults import (
     deferred_children,
     fifth_commits_fail,
@@ -345,33 +346,39 @@ def test_a_graceful_stop_hands_back_what_was_picked_ahead_while_the_running_fini
 
     async def stop_beside_a_long_job() -> tuple[int, int, int, int]:
         transport, pool = await transaction_transport(schema, queue_name)
-        long_started = asyncio.Event()
+        long_started, long_ends, quiesced = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
         async def handler(job: Job) -> None:
             if not long_started.is_set():
                 long_started.set()
-                await asyncio.sleep(4.0)  # still running through the checks below
+                await long_ends.wait()  # still running through the checks below
             else:
                 await asyncio.sleep(0.002)
 
+        real_quiesce = transport.quiesce
+
+        async def quiesce() -> None:  # the pool's hand-back at the stop, seen to its end
+            await real_quiesce()
+            quiesced.set()
+
+        transport.quiesce = quiesce  # type: ignore[method-assign]
         try:
             await transport.open()
             workers = WorkerPool(transport, handler, RetryPolicy(), concurrency=WORKERS,
-                                 buffer_size=0, job_timeout=5.0, shutdown_timeout=5.0)
+                                 buffer_size=0, job_timeout=30.0, shutdown_timeout=30.0)
             running = asyncio.create_task(workers.run())
             await long_started.wait()
-            ahead = 0
-            for _ in range(50):  # a drain under way: jobs picked ahead
-                ahead = max(ahead, len(transport._schedule.spares))
-                await asyncio.sleep(0.01)
+            await until(lambda: transport._schedule.spares, "a drain under way picking ahead", 10)
+            ahead = len(transport._schedule.spares)
             workers.stop()
-            for _ in range(150):  # until the short jobs settled; the long one still runs
-                await asyncio.sleep(0.01)
-                if workers.in_flight == 1 and not transport._claims.claiming:
-                    break
-            await asyncio.sleep(0.1)  # and a little more, for anything taken late
+            await within(quiesced.wait(), 10)
+            # The short jobs settled, and what their acks or the claims under way took since
+            # the hand-back is back too; the long job still runs.
+            await until(lambda: workers.in_flight == 1 and not transport._claims.claiming,
+                        "the short jobs' settles and the claims under way", 10)
             held = (len(transport._state.ready) + len(transport._schedule.spares),
                     len(transport._schedule._hold.held))
+            long_ends.set()
             stats = await running
             await transport.close()
         finally:

@@ -62,3 +62,20 @@ def test_a_command_that_would_start_otherwise_is_execd(server: forkserver.ForkSe
     proc = forkserver.popen(server, [command("jobq"), "--version"], env)
     assert not isinstance(proc, forkserver.Forked)
     assert proc.communicate(timeout=60)[0] == f"jobq {__version__}\n"
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "execd"])
+def test_a_stderr_reader_keeps_its_pipe_through_communicate(
+        server: forkserver.ForkServer, forked: bool) -> None:
+    """Once a test reads a command's stderr through ``Stderr``, a ``communicate`` reads stdout
+    only. Before, it read and closed stderr under the reader's thread too ("I/O operation on
+    closed file" in that thread, and lines lost to whichever read them first)."""
+    proc = forkserver.popen(server if forked else None,
+                            [command("consumer"), *pg_args("q"), "-p", "noop"], unreachable())
+    assert isinstance(proc, forkserver.Forked) is forked
+    err = Stderr(proc)
+    err.wait_for("127.0.0.1:9", 30)
+    proc.send_signal(signal.SIGTERM)
+    out, rest = proc.communicate(timeout=30)
+    assert (proc.returncode, out, rest) == (0, "", None)
+    assert "127.0.0.1:9" in err.text()
