@@ -22,7 +22,7 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -103,12 +103,14 @@ class FaultProxy:
         self._rate = max(0, int(bytes_per_second))
 
     def stall(self) -> None:
-        """Stop moving bytes both ways without closing anything (a partition)."""
-        self._loop.call_soon_threadsafe(self._open.clear)
+        """Stop moving bytes both ways without closing anything (a partition); in effect
+        once this returns (the proxy's loop, in its own thread, has stopped forwarding)."""
+        self._call(self._switch(self._open.clear))
 
     def heal(self) -> None:
-        """End a stall: bytes held meanwhile are delivered, new connections forwarded."""
-        self._loop.call_soon_threadsafe(self._open.set)
+        """End a stall: bytes held meanwhile are delivered, new connections forwarded; in
+        effect once this returns."""
+        self._call(self._switch(self._open.set))
 
     def reset(self) -> int:
         """Close every open connection with RST on both legs; return how many there were."""
@@ -123,6 +125,10 @@ class FaultProxy:
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float = 10) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @staticmethod
+    async def _switch(flip: Callable[[], None]) -> None:
+        flip()
 
     async def _start(self) -> None:
         self._open.set()

@@ -30,6 +30,7 @@ from tests.conftest import (
     run_cli,
     schema_env,
     start_cli,
+    until,
     wait_until,
 )
 from tests.processors import completions
@@ -113,6 +114,12 @@ def lease_transport(pool: Any, schema: str, queue: str, **settings: Any) -> Post
                              logger=logging.getLogger("test.lease"))
 
 
+def acks_written(transport: PostgresTransport) -> bool:
+    """No ack waits for the flusher and no flush is under way: every ack queued is written
+    (or found stale). A queued ack moves from ``waiting`` to ``flushing`` in one step."""
+    return not transport._acks.waiting and not transport._state.held.flushing
+
+
 async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_dropped(
         pg_dsn: str, schema: str, queue_name: str) -> None:
     produce(schema, queue_name, 1)
@@ -140,7 +147,9 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
         assert (int(new.job.id), new.job.attempt, new.isolate) == (job_id, 2, True)
         await t.settle(old, Dead("PermanentError: from the stale delivery"))
         await t.settle(old, Ack())
-        await asyncio.sleep(0.1)  # the ack flush
+        # An ack queued (one the fence let through) is written by the flusher up to
+        # ack_interval later, or never: look once none waits and none is being written.
+        await until(lambda: acks_written(t), "the stale ack's flush, if any", 10)
         _, status, attempts, error, locked_by, _ = rows(pg_dsn, schema, queue_name)[job_id]
         assert (status, attempts) == ("running", 2) and locked_by
         assert "stale delivery" not in str(error)
@@ -148,7 +157,7 @@ async def test_a_stale_delivery_never_settles_a_newer_claim_and_a_lost_lease_is_
         await asyncio.sleep(2.5)
         assert rows(pg_dsn, schema, queue_name)[job_id][5] is True
         await t.settle(new, Ack())
-        await asyncio.sleep(0.1)
+        await until(lambda: acks_written(t), "the new delivery's ack flush", 10)
         assert rows(pg_dsn, schema, queue_name)[job_id][1:3] == ("done", 2)
     finally:
         await t.close()

@@ -154,12 +154,26 @@ def advisory_locks(dsn: str, schema: str, queue: str) -> list[tuple[object, ...]
                       "AND objid = (hashtext(%s) & x'ffffffff'::bigint)::oid", [f"{schema}.{queue}"])
 
 
+class Refused(Pruner):
+    """A pruner that counts its tries for the prune lock that found it held."""
+
+    refused = 0
+
+    async def _try_lock(self, conn: Any) -> bool:
+        got = await super()._try_lock(conn)
+        self.refused += not got
+        return got
+
+
 async def test_jobq_prune_waits_for_a_consumers_round_instead_of_skipping(
         pool: Any, pg_dsn: str, schema: str, queue_name: str) -> None:
     seed(pg_dsn, schema, queue_name)
+    waiter = Refused(pool, PostgresConfig(schema=schema, retention=RetentionConfig()),
+                     queue=queue_name)
     with hold_lock(pg_dsn, schema, queue_name):
-        task = asyncio.create_task(pruner(pool, schema, queue_name).prune("dead", 3600))
-        await asyncio.sleep(1.2)
+        task = asyncio.create_task(waiter.prune("dead", 3600))
+        # Refused three times, a poll apart, and still waiting (not skipped, not given up).
+        await until(lambda: waiter.refused >= 3 or task.done(), "three refused tries", 10)
         assert not task.done()
     assert await asyncio.wait_for(task, 5) == 2
 

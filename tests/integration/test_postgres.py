@@ -101,6 +101,7 @@ def test_a_consumer_whose_lease_expired_cannot_overwrite_the_outcome_of_the_new_
                            JOBQ_POSTGRES__RESCUE_INTERVAL="100", JOBQ_CONSUMER__BUFFER="0")
     stale = start_cli("consumer", *pg_args(queue_name), "-p", RECORD, "-a", f"directory={tmp_path / 'a'}",
                       "-a", "sleep_ms=3000", "-a", "fail_kind=doomed", "-n", "1", env=stale_env)
+    stale_err = Stderr(stale)
     holder = None
     ran = False
     try:
@@ -109,13 +110,18 @@ def test_a_consumer_whose_lease_expired_cannot_overwrite_the_outcome_of_the_new_
                            "-a", f"directory={tmp_path / 'b'}", "-a", "sleep_ms=3000", "-n", "1",
                            env=schema_env(schema, JOBQ_POSTGRES__RESCUE_INTERVAL="0.2"))
         ran = wait_until(lambda: completions(tmp_path / "b"), 20)
-        time.sleep(0.5)  # both outcomes written by now: the stale one at 3 s, the holder's since
+        if ran:  # (if not, the assertion below says so, with both consumers' logs)
+            # The stale consumer's outcome was tried (its job fails 3 s in) and refused: it
+            # says so once its write comes back empty. The holder's ack is written by its stop
+            # below, at the latest. A stale write that went through leaves no such line.
+            stale_err.wait_for(r"dead\(s\) not written", 20)
     finally:
         errs = []
         for proc in (stale, holder):
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
                 errs.append(proc.communicate(timeout=30)[1])
+        errs[0] = stale_err.text()  # the reader owns the stale consumer's stderr
     assert ran, f"the holder never ran the job; stale consumer:\n{errs[0]}\nholder:\n{errs[-1]}"
     assert status_counts(pg_dsn, schema, queue_name) == {"done": 1}
     assert "1 dead(s) not written: the job's lease expired" in errs[0]

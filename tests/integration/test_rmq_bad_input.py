@@ -17,7 +17,8 @@ from jobq.api import connect_publisher
 from jobq.config import Settings, load_settings
 from jobq.core.errors import JobTooLarge, MalformedJob, QueueFull
 from jobq.core.port import NewJob
-from tests.conftest import AMQP_URL, ROOT, run_cli
+from jobq.transports.rabbitmq.publisher import RabbitPublisher
+from tests.conftest import AMQP_URL, ROOT, run_cli, until
 from tests.contract.backends import Backend
 from tests.integration.test_pg_bad_input import DEEP
 from tests.processors import completions
@@ -102,6 +103,8 @@ def test_a_full_queue_refuses_with_a_negative_confirm_then_queue_full(
 
     async def go() -> tuple[list[str], list[str], QueueFull, float, str, int]:
         async with connect_publisher(bounded(queue_name, 5, queue_type)) as publisher:
+            assert isinstance(publisher, RabbitPublisher)
+            refusals = counted_refusals(publisher)
             accepted = [await publisher.enqueue(NewJob(kind="k", payload={"n": i}), timeout=0.1)
                         for i in range(5)]
             with pytest.raises(QueueFull) as full:  # one at a time: no publishes in flight at once
@@ -114,8 +117,11 @@ def test_a_full_queue_refuses_with_a_negative_confirm_then_queue_full(
             waited = time.monotonic() - started
             # It waits for room, which a consumer makes meanwhile. Quorum queues take publishes
             # again only once below 80 % of the limit (rabbit_fifo's low watermark): take three.
+            refused_before = len(refusals)
             waiting = asyncio.ensure_future(publisher.enqueue(NewJob(kind="k"), timeout=5))
-            await asyncio.sleep(0.3)
+            # Refused for want of room and waiting on: only then is the room made.
+            await until(lambda: len(refusals) > refused_before or waiting.done(),
+                        "the waiting enqueue's first refusal", 5)
             assert not waiting.done()
             taken = await take(queue_name, 3)
             late = await waiting
@@ -132,6 +138,22 @@ def test_a_full_queue_refuses_with_a_negative_confirm_then_queue_full(
                          "no room for 1 more within 0.1s")
     assert waited >= 0.4 and late and set(taken) <= set(accepted)
     assert left == len(accepted) - 3 + 1  # nothing accepted was dropped
+
+
+def counted_refusals(publisher: RabbitPublisher) -> list[int]:
+    """How many jobs each try of ``publisher`` had refused by the full queue, one entry per
+    such try, as they come (its tries wrapped): a wait sees an enqueue has found no room."""
+    refusals: list[int] = []
+    real = publisher._round
+
+    async def counted(*args: Any) -> Any:
+        outcome = await real(*args)
+        if outcome.refused:
+            refusals.append(len(outcome.refused))
+        return outcome
+
+    publisher._round = counted  # type: ignore[method-assign, assignment]
+    return refusals
 
 
 async def take(queue: str, count: int) -> list[str]:
