@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from jobq.observability.monitor import Monitor, render_depth
 from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 
 
 @pytest.fixture(autouse=True)
@@ -85,20 +87,24 @@ async def test_run_polls_on_its_interval() -> None:
     probe = Probe(Depth(depth={"pending": 1}, oldest_pending_seconds=0.1))
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
                       summary_interval=0)
+    started = time.monotonic()
     monitor.start()
-    await asyncio.sleep(0.25)
+    await until(lambda: probe.calls >= 5, "five polls", 10)
+    elapsed = time.monotonic() - started
     await monitor.stop()
-    assert 4 <= probe.calls <= 14
+    assert elapsed >= 4 * 0.02  # one interval apart at least (a slow machine only adds)
 
 
 async def test_without_metrics_depth_is_polled_only_for_the_summary() -> None:
     probe = Probe(Depth(depth={"pending": 3}, oldest_pending_seconds=1.0))
     monitor = Monitor(idle_pool(), metrics=None, probe=probe, depth_interval=0.01,
                       summary_interval=0.1)
+    started = time.monotonic()
     monitor.start()
-    await asyncio.sleep(0.35)
+    await until(lambda: probe.calls >= 3, "three polls", 10)
+    elapsed = time.monotonic() - started
     await monitor.stop()
-    assert 2 <= probe.calls <= 4
+    assert elapsed >= 2 * 0.1  # one at the start, then one per summary, not every 0.01 s
 
 
 def test_nothing_to_do_without_metrics_or_summary() -> None:
@@ -167,7 +173,8 @@ async def test_a_broken_probe_never_stops_the_monitor() -> None:
     monitor = Monitor(idle_pool(), metrics=metrics, probe=probe, depth_interval=0.02,
                       summary_interval=0)
     monitor.start()
-    await asyncio.sleep(0.2)
+    # Polls run one after the other: once the fourth has begun, the first three are recorded.
+    await until(lambda: probe.calls >= 4, "four polls", 10)
     await monitor.stop()
     assert gauge(metrics, "jobq_depth_poll_errors_total") == 2
     assert gauge(metrics, "jobq_queue_depth", state="pending") == 2
@@ -177,19 +184,24 @@ async def test_stopping_the_monitor_never_cuts_a_depth_poll_in_the_middle() -> N
     # A cancelled AMQP RPC closes its channel (and at the wrong moment the connection the
     # consumer shares with its admin); a monitor stopped during its first poll waited for ever.
     cut: list[bool] = []
+    polling, answer, answered = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def probe() -> Depth:
+        polling.set()
         try:
-            await asyncio.sleep(0.1)
+            await answer.wait()
         except asyncio.CancelledError:
             cut.append(True)
             raise
+        answered.set()
         return Depth(depth={"pending": 0})
 
     monitor = Monitor(idle_pool(), metrics=Metrics("memory", "q"), probe=probe,
                       depth_interval=0.01, summary_interval=0)
     monitor.start()
-    await asyncio.sleep(0.02)  # the first poll is under way
-    await asyncio.wait_for(monitor.stop(), 0.05)  # without waiting for the poll
-    await asyncio.sleep(0.15)
+    await asyncio.wait_for(polling.wait(), 10)  # the first poll is under way
+    await asyncio.wait_for(monitor.stop(), 10)  # returns while the poll waits for its answer
+    assert not answered.is_set() and cut == []
+    answer.set()  # the poll, left to run, ends with its answer: never cut
+    await asyncio.wait_for(answered.wait(), 10)
     assert cut == []
