@@ -17,6 +17,7 @@ from jobq.config import ConnectConfig, PostgresConfig
 from jobq.core.errors import ConnectionLost, TransportError
 from jobq.core.job import Ack, Dead, Delivery, Job, RetryIn
 from jobq.transports.postgres.lease import PostgresTransport
+from tests.conftest import until
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -77,9 +78,9 @@ async def test_a_job_whose_settle_failed_is_no_longer_heartbeated(settle: str) -
             else:
                 await t.settle(got[0], Dead("PermanentError: no"))
         server.calls.clear()
-        await asyncio.sleep(0.3)
+        # The heartbeat still runs for the job we hold (every 0.05 s): two beats since.
+        await until(lambda: len(server.ids_of("heartbeat")) >= 2, "two heartbeats", 10)
         beats = server.ids_of("heartbeat")
-        assert beats, "the heartbeat should still run for the job we hold"
         # Job 1's lease is left to expire, so a rescue hands it out again; job 2 is still ours.
         assert all(ids == [2] for ids in beats), beats
     finally:
@@ -93,9 +94,9 @@ async def test_a_failed_ack_flush_is_retried_without_waiting_for_another_ack() -
     try:
         (job,) = await t.receive(1, 0.1)
         await t.settle(job, Ack())
-        await asyncio.sleep(0.5)  # no further ack arrives: an idle consumer
-        acks = server.ids_of("ack")
-        assert acks == [[1], [1], [1]]  # failed twice, then written
+        # No further ack arrives (an idle consumer): the flusher tries again on its own.
+        await until(lambda: len(server.ids_of("ack")) >= 3, "a third try of the ack", 10)
+        assert server.ids_of("ack") == [[1], [1], [1]]  # failed twice, then written
         server.calls.clear()
         await asyncio.sleep(0.2)
         assert server.ids_of("heartbeat") == []  # acked: no longer held
@@ -111,7 +112,8 @@ async def test_a_full_ack_batch_that_fails_to_flush_is_not_reported_as_a_failed_
         jobs = await t.receive(2, 0.1)
         for job in jobs:
             await t.settle(job, Ack())  # the second one flushes inline, fails, and must not raise
-        await asyncio.sleep(0.3)
-        assert server.ids_of("ack")[-1] == [1, 2]
+        # The failed batch is tried again, whole.
+        await until(lambda: len(server.ids_of("ack")) >= 2, "the batch tried again", 10)
+        assert server.ids_of("ack")[:2] == [[1, 2], [1, 2]]
     finally:
         await t.close()
