@@ -7,7 +7,6 @@ ack before trying again, which an idle consumer never gets.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,7 +97,10 @@ async def test_a_failed_ack_flush_is_retried_without_waiting_for_another_ack() -
         await until(lambda: len(server.ids_of("ack")) >= 3, "a third try of the ack", 10)
         assert server.ids_of("ack") == [[1], [1], [1]]  # failed twice, then written
         server.calls.clear()
-        await asyncio.sleep(0.2)
+        # Two turns of the upkeep since, each ending with a rescue (a fixed sleep could see
+        # none on a loaded machine, and prove nothing).
+        await until(lambda: [n for n, _ in server.calls].count("rescue") >= 2,
+                    "two turns of the upkeep", 10)
         assert server.ids_of("heartbeat") == []  # acked: no longer held
     finally:
         await t.close()
