@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from jobq.core.looks import Look
+from tests.conftest import until
 
 
 class Slow:
@@ -35,7 +36,7 @@ async def test_a_cancelled_caller_leaves_the_look_to_finish() -> None:
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller  # at once, not after the look
-    await asyncio.sleep(0.15)
+    await until(lambda: slow.cut or slow.finished, "the look to end", 10)
     assert (slow.cut, slow.finished) == (0, 1)
 
 

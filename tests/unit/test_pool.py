@@ -14,6 +14,7 @@ from jobq.transports.memory import MemoryStore, MemoryTransport
 from jobq.worker.pool import WorkerPool
 from jobq.worker.processor import Handler, as_async
 from jobq.worker.retry import RetryPolicy
+from tests.conftest import until
 
 
 class CountingTransport(MemoryTransport):
@@ -69,14 +70,16 @@ async def test_backpressure_asks_only_for_free_room() -> None:
 
     pool = make_pool(transport, handler, once=False)
     task = asyncio.create_task(pool.run())
-    await asyncio.sleep(0.2)
+    await until(lambda: pool.in_flight >= 8, "4 running and 4 buffered")
+    # Then a while for a pool that asked past its room to take more (a slow machine can only
+    # make this while shorter, never fail the test).
+    await asyncio.sleep(0.1)
     assert pool.in_flight == 8  # 4 running + 4 buffered, the rest left on the server
     assert len(store.by_status("pending")) == 42
     gate.set()
-    await asyncio.sleep(0.2)
+    await until(lambda: len(store.by_status("done")) == 50, "all 50 to be done")
     pool.stop()
-    await task
-    assert len(store.by_status("done")) == 50
+    await asyncio.wait_for(task, 10)
 
 
 async def test_outcomes_retry_dead_malformed_timeout() -> None:

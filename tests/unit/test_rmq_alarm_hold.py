@@ -13,6 +13,7 @@ from jobq.config import ConnectConfig, RabbitConfig
 from jobq.core.job import Dead, Release, RetryIn
 from jobq.transports.rabbitmq.connect import RabbitLink
 from jobq.transports.rabbitmq.consumer import RabbitTransport
+from tests.conftest import until
 from tests.unit.test_rmq_crash_copies import FakeSession, message
 
 
@@ -56,7 +57,8 @@ async def test_a_retry_while_blocked_is_held_then_sent_once_unblocked() -> None:
     assert len(transport._forwarder.held) == 2
 
     link._set_blocked(False, "")
-    await asyncio.sleep(0.05)
+    # Unblocked: the held copies go out, and each original is acked once its copy is confirmed.
+    await until(lambda: not transport._forwarder.held, "the held copies to be sent", 10)
     assert sorted(session.completed) == [1, 2]  # each original acked once its copy is confirmed
     assert sorted(p["routing_key"] for p in session.published) == ["q.alone", "q.retry.1"]
     assert session.requeued == [] and not transport._forwarder.held
