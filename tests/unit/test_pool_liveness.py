@@ -22,6 +22,7 @@ from jobq.worker.lifecycle import State
 from jobq.worker.pool import WorkerPool
 from jobq.worker.retry import RetryPolicy
 from jobq.worker.routing import build_handler
+from tests.conftest import until
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -118,10 +119,7 @@ async def test_sigusr1_logs_every_tasks_and_threads_stack(caplog: pytest.LogCapt
         with caplog.at_level(logging.WARNING, "jobq.test"), stacks_on_signal(log):
             await asyncio.sleep(0)
             os.kill(os.getpid(), signal.SIGUSR1)
-            for _ in range(100):
-                if caplog.records:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: caplog.records, "the stacks' log record", 10)
         assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # put back afterwards
     finally:
         release.set()
